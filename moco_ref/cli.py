@@ -1,0 +1,41 @@
+"""The ``moco-ref`` command line. Each subcommand lives in its own module and registers
+itself here with ``add_parser(subparsers)``; the parser's ``run`` default does the work."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from moco_ref import __version__
+
+
+def _add_walk(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "walk", help="narrate one MoCo step on a 4-slot dictionary (seed page P17)"
+    )
+    parser.add_argument("--order", choices=("paper", "lab"), default="paper")
+    parser.set_defaults(run=_run_walk)
+
+
+def _run_walk(args: argparse.Namespace) -> int:
+    from moco_ref.walk import run_walk
+
+    print(run_walk(args.order).text())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="moco-ref", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"moco-ref {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_walk(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
