@@ -1,0 +1,34 @@
+"""What a grading run may be told: the temperature to judge with, values an assignment pins,
+which checks to run. Shared by the observing side, the judging side and the command line."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+STYLES = ("lab", "components", "builder")
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    style: str | None = None  # None: detect from the submission's names
+    temperature: float = 0.2
+    expect_m: float | None = None  # pinned by an assignment; otherwise inferred and reported
+    expect_capacity: int | None = None
+    expect_batch_size: int | None = None
+    seed: int = 0  # probe seed; grading is deterministic for a given seed
+    checks: tuple[str, ...] = field(default_factory=tuple)  # substrings of check ids; empty = all
+    execute_all_cells: bool = False  # notebooks: run every cell instead of definitions only
+    timeout: float = 60.0  # wall-clock seconds for the whole submission
+    memory_mb: int = 4096
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GradeOptions:
+        data = dict(data)
+        data["checks"] = tuple(data.get("checks", ()))
+        return cls(**data)
+
+    def selects(self, check_id: str) -> bool:
+        return not self.checks or any(part in check_id for part in self.checks)

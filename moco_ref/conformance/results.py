@@ -1,0 +1,74 @@
+"""The verdict of one check, shared by the harness (which produces it) and the reports
+(which render it)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class Status(str, Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"  # the check could not run: the submission raised or gave no observation
+    TIMEOUT = "timeout"
+    NOT_APPLICABLE = "not applicable"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check_id: str  # e.g. "I3-fifo-keeps-newest"; usable with `-k` and `--check`
+    title: str
+    family: str  # "I1" … "I9", "contract", "warmup"
+    max_points: float
+    status: Status
+    message: str = ""  # names the misconception and shows the evidence when not passed
+    details: dict = field(default_factory=dict)  # machine-readable evidence
+
+    @property
+    def points(self) -> float:
+        return self.max_points if self.status is Status.PASSED else 0.0
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["status"] = self.status.value
+        data["points"] = self.points
+        return data
+
+
+@dataclass
+class SubmissionReport:
+    submission: str  # path or module name as given
+    style: str  # "lab", "components", "builder"
+    gradable: bool
+    results: list[CheckResult] = field(default_factory=list)
+    inferred: dict = field(default_factory=dict)  # e.g. {"m": 0.95, "capacity": 240, ...}
+    notes: list[str] = field(default_factory=list)  # e.g. skipped notebook cells
+    traceback: str = ""  # when not gradable
+    stdout: str = ""  # captured, capped
+    stderr: str = ""
+    wall_seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return sum(r.points for r in self.results)
+
+    @property
+    def max_score(self) -> float:
+        return sum(r.max_points for r in self.results if r.status is not Status.NOT_APPLICABLE)
+
+    def to_dict(self) -> dict:
+        return {
+            "submission": self.submission,
+            "style": self.style,
+            "gradable": self.gradable,
+            "score": self.score,
+            "max_score": self.max_score,
+            "inferred": self.inferred,
+            "notes": self.notes,
+            "traceback": self.traceback,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "wall_seconds": self.wall_seconds,
+            "results": [r.to_dict() for r in self.results],
+        }

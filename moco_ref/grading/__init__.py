@@ -1,0 +1,1 @@
+"""Running submissions in isolation, scoring them, and writing reports."""
