@@ -54,7 +54,7 @@ def contrastive_logits(
     ids = require_ids("ids", ids, length=q.shape[0]).to(q.device)
     queue_ids = require_ids("queue_ids", queue_ids, length=queue_keys.shape[0]).to(q.device)
     masked = same_source_mask(ids, queue_ids)  # [B, n]
-    never_masked = torch.zeros_like(masked[:, :1])  # the positive
+    never_masked = torch.zeros(len(ids), 1, dtype=torch.bool, device=q.device)  # positive
     return logits.masked_fill(torch.cat([never_masked, masked], dim=1), float("-inf"))
 
 
@@ -86,7 +86,8 @@ def positive_labels(batch: int, device: torch.device | None = None) -> torch.Ten
 
 
 def info_nce_loss(logits: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean of ``−ln p⁺`` over the batch, p = softmax(logits); the positive is column 0 by default."""
+    """Mean of ``−ln p⁺`` over the batch, p = softmax(logits); the positive is column 0
+    unless ``labels`` say otherwise."""
     logits = require_tensor("logits", logits)
     if not logits.is_floating_point() or logits.ndim != 2:
         raise ValueError(

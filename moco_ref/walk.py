@@ -103,7 +103,8 @@ class _NarratedTrainer(MoCoTrainer):
         before = [p.detach().clone() for p in self.encoder_k.parameters()]
         super()._momentum_update_key_encoder()
         moved = max((a - b).abs().max().item() for a, b in zip(self.encoder_k.parameters(), before))
-        self._log("EMA -> θk", f"θk <- {WALK_M}·θk + {1 - WALK_M:.1f}·θq, θk moved by up to {moved:.4f}")
+        law = f"θk <- {WALK_M}·θk + {1 - WALK_M:.1f}·θq"
+        self._log("EMA -> θk", f"{law}, θk moved by up to {moved:.4f}")
 
     def _dequeue_and_enqueue(self, k, ids):
         leaving = f"k{int(self.queue.ids[0])}"
