@@ -3,8 +3,11 @@
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from moco_ref import moco_warmup
+from moco_ref.warmup import _candidate_probabilities
 
 
 def _closed_form_probabilities(temperature):
@@ -40,3 +43,11 @@ def test_fifo_drops_the_two_oldest():
 def test_ema_moves_a_tenth_of_the_way():
     # 0.9·(0, 2) + 0.1·(2, 4) = (0.2, 2.2); lerp rounds 1 − 0.9 once, hence the tolerance
     assert moco_warmup()["EMA"] == pytest.approx([0.2, 2.2], rel=1e-15, abs=1e-15)
+
+
+@given(temperature=st.floats(0.05, 10.0))
+def test_warmup_probabilities_follow_the_closed_form_at_any_temperature(temperature):
+    """The machinery behind I5 (the reference's logits and softmax) at any T, not just the two
+    the LAB prints."""
+    got = _candidate_probabilities(temperature)
+    assert got == pytest.approx(_closed_form_probabilities(temperature), rel=1e-9, abs=1e-300)
