@@ -1,6 +1,7 @@
 """moco-ref: a minimal, exact reference implementation of MoCo and a harness that holds
 other MoCo code to it."""
 
+from moco_ref.builder import MoCo
 from moco_ref.contrastive import (
     contrastive_logits,
     in_batch_logits,
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "KeyQueue",
+    "MoCo",
     "MoCoTrainer",
     "ORDERS",
     "StepResult",

@@ -35,6 +35,31 @@ class KeyQueue:
         self._ptr = 0  # slot that the next key is written to (the oldest slot once full)
         self._size = 0
 
+    @classmethod
+    def over_storage(
+        cls, keys: torch.Tensor, ids: torch.Tensor, ptr: int, size: int
+    ) -> KeyQueue:
+        """A queue that reads and writes existing ring storage in place: ``keys``
+        ``[capacity, dim]`` (may be a transposed view of a ``[dim, K]`` buffer), ``ids``
+        ``[capacity]`` int64, the write pointer and the number of filled slots."""
+        if keys.ndim != 2 or not keys.is_floating_point():
+            raise ValueError(f"keys storage must be a floating [capacity, dim] tensor, got "
+                             f"{keys.dtype} {list(keys.shape)}")
+        if ids.shape != keys.shape[:1] or ids.dtype != torch.int64:
+            raise ValueError(f"ids storage must be int64 [{keys.shape[0]}], got "
+                             f"{ids.dtype} {list(ids.shape)}")
+        if not (0 <= ptr < keys.shape[0] and 0 <= size <= keys.shape[0]):
+            raise ValueError(f"ptr {ptr} and size {size} must fit capacity {keys.shape[0]}")
+        queue = cls.__new__(cls)
+        queue.capacity, queue.dim = keys.shape
+        queue._keys, queue._ids, queue._ptr, queue._size = keys, ids, ptr, size
+        return queue
+
+    @property
+    def ptr(self) -> int:
+        """The slot the next key is written to; once the queue is full, the oldest entry."""
+        return self._ptr
+
     @property
     def dtype(self) -> torch.dtype:
         return self._keys.dtype
