@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from moco_ref import __version__
+from moco_ref import __version__, golden_cli
 
 
 def _add_walk(subparsers) -> None:
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"moco-ref {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_walk(subparsers)
+    golden_cli.add_parser(subparsers)
     return parser
 
 
