@@ -66,7 +66,10 @@ def walk_golden() -> dict:
     return out
 
 
-def trajectory_inputs() -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # view_q, view_k, ids
+
+
+def trajectory_inputs() -> tuple[torch.Tensor, list[Batch]]:
     """The initial weight ``[dim, in_dim]`` and the (view_q, view_k, ids) of every step."""
     generator = torch.Generator().manual_seed(TRAJECTORY["seed"])
     shape = (TRAJECTORY["dim"], TRAJECTORY["in_dim"])
