@@ -44,18 +44,15 @@ def contrastive_logits(
     k = require_matrix("k", k, dim=q.shape[1])
     require_same_rows(("q", "k"), q, k)
     queue_keys = require_matrix("queue_keys", queue_keys, dim=q.shape[1])
-    positive = (q * k).sum(dim=1, keepdim=True)  # [B, 1]
-    negative = q @ queue_keys.T  # [B, n]
-    logits = torch.cat([positive, negative], dim=1) / temperature  # [B, 1 + n]
     if (ids is None) != (queue_ids is None):
         raise ValueError("ids and queue_ids must both be given (masking) or both be None")
-    if ids is None:
-        return logits
-    ids = require_ids("ids", ids, length=q.shape[0]).to(q.device)
-    queue_ids = require_ids("queue_ids", queue_ids, length=queue_keys.shape[0]).to(q.device)
-    masked = same_source_mask(ids, queue_ids)  # [B, n]
-    never_masked = torch.zeros(len(ids), 1, dtype=torch.bool, device=q.device)  # positive
-    return logits.masked_fill(torch.cat([never_masked, masked], dim=1), float("-inf"))
+    positive = (q * k).sum(dim=1, keepdim=True)  # [B, 1], never masked
+    negative = q @ queue_keys.T  # [B, n]
+    if ids is not None:
+        ids = require_ids("ids", ids, length=q.shape[0]).to(q.device)
+        queue_ids = require_ids("queue_ids", queue_ids, length=queue_keys.shape[0]).to(q.device)
+        negative = negative.masked_fill(same_source_mask(ids, queue_ids), float("-inf"))
+    return torch.cat([positive, negative], dim=1) / temperature  # [B, 1 + n]
 
 
 def in_batch_logits(
