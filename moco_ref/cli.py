@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from moco_ref import __version__, golden_cli
+from moco_ref import __version__, golden_cli, training_cli
 
 
 def _add_walk(subparsers) -> None:
@@ -14,13 +14,19 @@ def _add_walk(subparsers) -> None:
         "walk", help="narrate one MoCo step on a 4-slot dictionary (seed page P17)"
     )
     parser.add_argument("--order", choices=("paper", "lab"), default="paper")
+    parser.add_argument("--out", default=None, help="also draw the walk as a figure (PNG)")
     parser.set_defaults(run=_run_walk)
 
 
 def _run_walk(args: argparse.Namespace) -> int:
     from moco_ref.walk import run_walk
 
-    print(run_walk(args.order).text())
+    walk = run_walk(args.order)
+    print(walk.text())
+    if args.out:
+        from moco_ref.walk_figure import save_walk_figure
+
+        print(f"figure written to {save_walk_figure(walk, args.out)}")
     return 0
 
 
@@ -30,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_walk(subparsers)
     golden_cli.add_parser(subparsers)
+    training_cli.add_parser(subparsers)
     return parser
 
 

@@ -1,0 +1,20 @@
+"""The torchrun entry point trains on 2 CPU processes and writes its metrics (slow)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "-m", "moco_ref.train_dist", "--epochs", "1", "--out", str(tmp_path)],
+        check=True, timeout=300,
+    )
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and len(metrics["history"]) == 1
+    for which in ("random_init", "trained"):
+        assert 0.0 <= metrics["probe"][which]["linear"] <= 1.0
