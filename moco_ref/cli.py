@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from moco_ref import __version__, golden_cli, training_cli
+from moco_ref.grading import cli as grading_cli
 
 
 def _add_walk(subparsers) -> None:
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"moco-ref {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_walk(subparsers)
+    grading_cli.add_parsers(subparsers)  # grade, demo
     golden_cli.add_parser(subparsers)
     training_cli.add_parser(subparsers)
     return parser

@@ -1,0 +1,67 @@
+"""The invariant logic of the harness, as functions on plain tensors.
+
+One module per group of invariants; each function takes tensors and numbers (never a
+submission or an observation record), so the grader's checks and the reference's own tests
+call the same code:
+
+- ``fifo``: what a FIFO dictionary holds after a sequence of batches (I3), by the
+  reference's ``KeyQueue``, and which misconception explains a queue that holds something
+  else; which recorded vectors a queue's entries are (I2).
+- ``ema``: the EMA recurrence θk ← m·θk + (1 − m)·θq fitted to parameter snapshots (I7): the
+  momentum ``m``, the θq each update used, and from that the step order (I6).
+- ``loss``: the InfoNCE loss in the reference's form and in the forms of known mistakes
+  (I4, I8, I9), its gradient w.r.t. the query's raw projection, and the form that explains
+  an observed gradient.
+"""
+
+from moco_ref.conformance.invariants.ema import (
+    EmaAnalysis,
+    KeyUpdate,
+    analyse_key_updates,
+    ema_prediction,
+    fit_momentum,
+    fits_ema,
+)
+from moco_ref.conformance.invariants.fifo import (
+    QUEUE_RULES,
+    arrival_numbers,
+    fifo_contents,
+    identify_queue_rule,
+    match_rows,
+    queue_contents,
+    rotation_of,
+)
+from moco_ref.conformance.invariants.loss import (
+    REFERENCE_FORM,
+    FormFit,
+    LossForm,
+    StepLossInputs,
+    form_gradient,
+    form_logits,
+    gradient_error,
+    identify_loss_form,
+)
+
+__all__ = [
+    "EmaAnalysis",
+    "FormFit",
+    "KeyUpdate",
+    "LossForm",
+    "QUEUE_RULES",
+    "REFERENCE_FORM",
+    "StepLossInputs",
+    "analyse_key_updates",
+    "arrival_numbers",
+    "ema_prediction",
+    "fifo_contents",
+    "fit_momentum",
+    "fits_ema",
+    "form_gradient",
+    "form_logits",
+    "gradient_error",
+    "identify_loss_form",
+    "identify_queue_rule",
+    "match_rows",
+    "queue_contents",
+    "rotation_of",
+]

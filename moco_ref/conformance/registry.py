@@ -1,0 +1,116 @@
+"""The checks the harness knows, and which submission style a namespace is.
+
+A check is a named function whose docstring states the contract it enforces
+(scikit-learn's ``estimator_checks`` style). It is registered under an id usable with
+``-k``/``--check`` (``I3-fifo-keeps-newest``), a title, the family of the invariant it pins
+(``I1`` … ``I9``, ``contract``, ``warmup``), points, and one implementation per submission
+style it applies to. For any other style it is reported not applicable, never passed.
+
+Families: ``I1``–``I9`` are DESIGN's invariants (``I5`` holds the three warm-up *values* of
+``moco_warmup``); ``contract`` is what ``train_moco`` (or the components protocol) must
+return or define; ``warmup`` is the shape of ``moco_warmup``'s result. The empty-queue
+warm-up *batch* of training is part of I8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+FAMILIES = ("contract", "I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "warmup")
+
+CheckFunction = Callable[[object], "str | None"]
+
+
+@dataclass
+class CheckSpec:
+    check_id: str
+    title: str
+    family: str
+    points: float
+    docstring: str
+    implementations: dict[str, CheckFunction] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.check_id
+
+    @property
+    def styles(self) -> tuple[str, ...]:
+        return tuple(self.implementations)
+
+    def applies_to(self, style: str) -> bool:
+        return style in self.implementations
+
+
+_CHECKS: dict[str, CheckSpec] = {}
+
+
+def check(check_id: str, title: str, family: str, points: float, styles: tuple[str, ...]):
+    """Register the decorated function as the implementation of ``check_id`` for ``styles``.
+
+    The first registration of an id fixes its title, family, points and docstring; a later
+    one (another style's implementation) must agree on family and points.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}")
+    if not check_id.startswith(family + "-"):
+        raise ValueError(f"check id {check_id!r} must start with its family {family!r}")
+
+    def decorate(function: CheckFunction) -> CheckFunction:
+        spec = _CHECKS.get(check_id)
+        if spec is None:
+            doc = " ".join((function.__doc__ or "").split())
+            spec = _CHECKS[check_id] = CheckSpec(check_id, title, family, float(points), doc)
+        elif spec.family != family or spec.points != float(points):
+            raise ValueError(f"check {check_id!r} registered twice with different family/points")
+        for style in styles:
+            if style in spec.implementations:
+                raise ValueError(f"check {check_id!r} already has a {style!r} implementation")
+            spec.implementations[style] = function
+        function.check_id = check_id
+        return function
+
+    return decorate
+
+
+def _load() -> None:
+    # The modules register their checks on import.
+    from moco_ref.conformance import checks, component_checks  # noqa: F401
+
+
+def all_checks(style: str | None = None) -> list[CheckSpec]:
+    """Every registered check (those that apply to ``style`` when given), by family, in
+    registration order within a family."""
+    _load()
+    specs = [s for s in _CHECKS.values() if style is None or s.applies_to(style)]
+    return sorted(specs, key=lambda s: FAMILIES.index(s.family))
+
+
+def get_check(check_id: str) -> CheckSpec:
+    _load()
+    return _CHECKS[check_id]
+
+
+LAB_NAMES = ("train_moco", "moco_warmup")
+BUILDER_NAMES = ("MoCo",)
+COMPONENT_NAMES = ("KeyQueue", "contrastive_logits", "momentum_update", "info_nce_loss")
+
+
+def detect_style(namespace: dict) -> str:
+    """``lab`` if ``train_moco`` is defined; ``builder`` if a class ``MoCo``; ``components`` if
+    ``KeyQueue``/``contrastive_logits``/``momentum_update``/``info_nce_loss``; ``lab`` if only
+    ``moco_warmup``. Raises ``ValueError`` naming what was looked for when nothing fits."""
+    if callable(namespace.get("train_moco")):
+        return "lab"
+    if isinstance(namespace.get("MoCo"), type):
+        return "builder"
+    if any(callable(namespace.get(name)) for name in COMPONENT_NAMES):
+        return "components"
+    if callable(namespace.get("moco_warmup")):
+        return "lab"
+    raise ValueError(
+        "no MoCo entry point found: a lab submission defines train_moco and moco_warmup, a "
+        "builder submission a class MoCo, a components submission KeyQueue, "
+        "momentum_update, contrastive_logits and info_nce_loss (see COMPONENTS.md)"
+    )

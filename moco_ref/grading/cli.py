@@ -1,0 +1,270 @@
+"""The ``grade`` and ``demo`` subcommands of ``moco-ref``.
+
+Exit codes: 0 when every submission reaches ``--min-score`` (default: full marks) — for the
+demo, when every verdict is the expected one; 1 when one does not (a submission that is not
+gradable never does); 2 for usage errors (a missing path, a ``--check`` that names nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from moco_ref.conformance.options import STYLES, GradeOptions
+
+EXIT_OK, EXIT_BELOW, EXIT_USAGE = 0, 1, 2
+
+
+def add_parsers(subparsers) -> None:
+    _add_grade(subparsers)
+    _add_demo(subparsers)
+
+
+# --------------------------------------------------------------------------- grade
+
+
+def _add_grade(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "grade",
+        help="grade MoCo submissions (files, notebooks, folders or module paths)",
+        description="Grade MoCo submissions against the reference: each runs in its own "
+        "process, is observed there, and is judged here. Exit 0 iff every score reaches "
+        "--min-score.",
+    )
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help=".py, .ipynb, a folder of them, or pkg.module"
+    )
+    parser.add_argument("--style", choices=STYLES, help="skip style detection")
+    output = parser.add_argument_group("output")
+    output.add_argument("--json", action="store_true", help="print JSON to stdout, no table")
+    output.add_argument("--junit", metavar="FILE", help="also write JUnit XML")
+    output.add_argument(
+        "--gradescope", metavar="FILE", help="also write Gradescope results.json (one PATH)"
+    )
+    output.add_argument(
+        "--min-score",
+        metavar="X",
+        help="points (e.g. 38) or a percentage (e.g. 90%%) to reach; default: full marks",
+    )
+    _add_run_options(parser)
+    judging = parser.add_argument_group("judging")
+    judging.add_argument("--temperature", type=float, default=GradeOptions.temperature,
+                         help="T used to judge losses and logits (default %(default)s)")
+    judging.add_argument("--expect-m", type=float, metavar="M", help="pin the momentum")
+    judging.add_argument("--expect-capacity", type=int, metavar="K", help="pin the capacity")
+    judging.add_argument("--expect-batch-size", type=int, metavar="B", help="pin the batch size")
+    judging.add_argument(
+        "--check",
+        dest="checks",
+        action="extend",
+        nargs="+",
+        metavar="ID",
+        default=[],
+        help="run only the checks whose id contains ID (repeatable)",
+    )
+    judging.add_argument("--seed", type=int, default=GradeOptions.seed, help="probe seed")
+    parser.set_defaults(run=run_grade)
+
+
+def _add_run_options(parser) -> None:
+    running = parser.add_argument_group("running")
+    running.add_argument(
+        "--timeout",
+        type=float,
+        default=GradeOptions.timeout,
+        metavar="S",
+        help="wall-clock seconds per submission (default %(default)s)",
+    )
+    running.add_argument(
+        "--memory-mb",
+        type=int,
+        default=GradeOptions.memory_mb,
+        metavar="MB",
+        help="address-space limit per submission; torch alone maps ~3.4 GB (default "
+        "%(default)s)",
+    )
+    running.add_argument(
+        "--execute-all-cells",
+        action="store_true",
+        help="notebooks: run every cell, not only imports and definitions",
+    )
+    running.add_argument(
+        "-j", "--jobs", type=int, default=2, metavar="N", help="submissions graded at once"
+    )
+
+
+def _options_from(args: argparse.Namespace) -> GradeOptions:
+    return GradeOptions(
+        style=getattr(args, "style", None),
+        temperature=getattr(args, "temperature", GradeOptions.temperature),
+        expect_m=getattr(args, "expect_m", None),
+        expect_capacity=getattr(args, "expect_capacity", None),
+        expect_batch_size=getattr(args, "expect_batch_size", None),
+        seed=getattr(args, "seed", GradeOptions.seed),
+        checks=tuple(getattr(args, "checks", ())),
+        execute_all_cells=args.execute_all_cells,
+        timeout=args.timeout,
+        memory_mb=args.memory_mb,
+    )
+
+
+def _usage_error(message: str) -> int:
+    print(f"moco-ref: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _unknown_checks(selected: tuple[str, ...]) -> list[str]:
+    """Parts of --check that match no check id (empty when the registry cannot tell)."""
+    try:
+        from moco_ref.conformance.registry import all_checks
+
+        known = [spec.check_id for spec in all_checks()]
+    except Exception:  # noqa: BLE001 - the registry is optional for this courtesy
+        return []
+    return [part for part in selected if not any(part in check_id for check_id in known)]
+
+
+def run_grade(args: argparse.Namespace) -> int:
+    from moco_ref.grading.loader import TargetError, expand_targets
+    from moco_ref.grading.reports import print_reports, to_json, write_gradescope, write_junit
+    from moco_ref.grading.runner import grade_many
+    from moco_ref.grading.scoring import MinScore, meets
+
+    try:
+        minimum = MinScore.parse(args.min_score) if args.min_score else MinScore()
+    except ValueError as exc:
+        return _usage_error(f"--min-score: {exc}")
+    if args.timeout <= 0 or args.jobs < 1:
+        return _usage_error("--timeout must be > 0 and --jobs ≥ 1")
+    try:
+        targets = expand_targets(args.paths)
+    except TargetError as exc:
+        return _usage_error(str(exc))
+    if args.gradescope and len(targets) != 1:
+        return _usage_error(f"--gradescope writes one submission's results; got {len(targets)}")
+    options = _options_from(args)
+    unknown = _unknown_checks(options.checks)
+    if unknown:
+        return _usage_error(f"--check {' '.join(unknown)} matches no check id")
+
+    progress = None if args.json or len(targets) == 1 else _progress_printer(len(targets))
+    reports = grade_many(targets, options, jobs=args.jobs, on_report=progress)
+    passed = [meets(report, minimum) for report in reports]
+    if args.json:
+        print(to_json(reports, options, min_score=minimum.describe(), passed=all(passed)))
+    else:
+        print_reports(reports, options)
+        _print_summary(reports, passed, minimum)
+    if args.junit:
+        write_junit(reports, args.junit, options)
+    if args.gradescope:
+        write_gradescope(reports[0], args.gradescope, options)
+    return EXIT_OK if all(passed) else EXIT_BELOW
+
+
+def _progress_printer(total: int):
+    done = []
+
+    def report_done(report) -> None:
+        done.append(report)
+        print(f"[{len(done)}/{total}] graded {report.submission}", file=sys.stderr, flush=True)
+
+    return report_done
+
+
+def _print_summary(reports, passed: list[bool], minimum) -> None:
+    below = [r.submission for r, ok in zip(reports, passed, strict=True) if not ok]
+    if not below:
+        print(f"all {len(reports)} submission(s) reach {minimum.describe()}")
+    else:
+        print(f"{len(below)} of {len(reports)} submission(s) below {minimum.describe()}: "
+              + ", ".join(below))
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def _add_demo(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="grade the bundled example submissions and compare with their expected verdicts",
+        description="Grade every example submission listed in the examples manifest and "
+        "check each verdict against the expected one. Exit 0 iff all are as expected.",
+    )
+    parser.add_argument("--manifest", metavar="FILE", help="another manifest.json to use")
+    parser.add_argument("--json", action="store_true", help="print JSON to stdout, no table")
+    parser.add_argument(
+        "--verbose", action="store_true", help="also print every example's full report"
+    )
+    _add_run_options(parser)
+    parser.set_defaults(run=run_demo_command)
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    from moco_ref.grading.demo import (
+        DemoError,
+        find_manifest,
+        load_manifest,
+        run_demo,
+        scoreboard_rows,
+        surprise_details,
+    )
+    from moco_ref.grading.reports import dumps_strict, print_reports
+
+    if args.timeout <= 0 or args.jobs < 1:
+        return _usage_error("--timeout must be > 0 and --jobs ≥ 1")
+    try:
+        manifest = find_manifest(args.manifest)
+        examples = load_manifest(manifest)
+    except DemoError as exc:
+        return _usage_error(str(exc))
+    options = _options_from(args)
+    if not args.json:
+        print(f"grading {len(examples)} example submissions from {manifest} "
+              f"({args.jobs} at a time)", file=sys.stderr, flush=True)
+    outcomes = run_demo(examples, options, jobs=args.jobs)
+    all_expected = all(outcome.as_expected for outcome in outcomes)
+    rows = scoreboard_rows(outcomes, manifest.parent)
+    if args.json:
+        print(dumps_strict({
+            "manifest": str(manifest),
+            "all_as_expected": all_expected,
+            "examples": [
+                {"example": row[0], "bug": row[1], "expected": row[2], "actual": row[3],
+                 "as_expected": outcome.as_expected, "report": outcome.report.to_dict()}
+                for row, outcome in zip(rows, outcomes, strict=True)
+            ],
+        }))
+        return EXIT_OK if all_expected else EXIT_BELOW
+    if args.verbose:
+        print_reports([outcome.report for outcome in outcomes], options)
+    _print_scoreboard(rows)
+    for outcome in outcomes:
+        if not outcome.as_expected:
+            print("\n".join(surprise_details(outcome)))
+    matched = sum(outcome.as_expected for outcome in outcomes)
+    print(f"{matched}/{len(outcomes)} verdicts as expected")
+    return EXIT_OK if all_expected else EXIT_BELOW
+
+
+def _print_scoreboard(rows: list[tuple[str, ...]]) -> None:
+    headers = ("example", "bug", "expected", "actual", "verdict")
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+    except ImportError:
+        widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+        for row in (headers, *rows):
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        return
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=160)
+    table = Table(title="moco-ref demo: example submissions")
+    for header in headers:
+        table.add_column(header, no_wrap=header in ("expected", "verdict"))
+    for row in rows:
+        style = "green" if row[-1] == "as expected" else "bold red"
+        table.add_row(*(Text(cell) for cell in row[:-1]), Text(row[-1], style=style))
+    console.print(table)

@@ -1,0 +1,425 @@
+"""Turning what a user points the grader at into submissions, and a submission into a namespace.
+
+A submission is a ``.py`` file, a ``.ipynb`` notebook or an importable module path
+(``pkg.module``). A notebook is read with nbformat: its code cells run in order, IPython
+magics and shell lines are left out (they are not Python), and by default only its
+definitions are kept — imports, functions, classes and simple constants — so the training
+run, plots and downloads a student leaves at top level do not run while grading. Every
+thing left out is named in the notes, so a student can see why a name is missing.
+
+This module runs inside the submission's process (see ``worker``); nothing here isolates.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import importlib.machinery
+import importlib.util
+import linecache
+import os
+import re
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUBMISSION_SUFFIXES = (".py", ".ipynb")
+SUBMISSION_MODULE_NAME = "moco_submission"  # not "__main__": `if __name__ == "__main__"` stays off
+_MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_SKIPPED_FILE_NAMES = {"conftest.py", "setup.py"}
+
+
+class TargetError(ValueError):
+    """A path or module name that names no submission (a usage error, not a grade)."""
+
+
+@dataclass
+class LoadedSubmission:
+    target: str
+    kind: str  # "python file", "notebook" or "module"
+    namespace: dict
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def is_module_target(target: str) -> bool:
+    """A dotted name that is not an existing path and has no submission suffix."""
+    return (
+        bool(_MODULE_PATH.match(target))
+        and not target.endswith(SUBMISSION_SUFFIXES)
+        and not Path(target).exists()
+    )
+
+
+def expand_targets(paths) -> list[str]:
+    """Files and module names as given; each folder becomes its ``*.py``/``*.ipynb`` files,
+    sorted, leaving out ``__init__``, private, hidden and test-config files.
+
+    Raises ``TargetError`` for a missing path or a folder without submissions.
+    """
+    targets: list[str] = []
+    for raw in paths:
+        target = str(raw)
+        path = Path(target)
+        if path.is_dir():
+            found = sorted(
+                str(child)
+                for child in path.iterdir()
+                if child.is_file()
+                and child.suffix in SUBMISSION_SUFFIXES
+                and not child.name.startswith(("_", "."))
+                and child.name not in _SKIPPED_FILE_NAMES
+            )
+            if not found:
+                raise TargetError(f"no submissions (*.py or *.ipynb files) in folder {target}")
+            targets.extend(found)
+        elif path.is_file():
+            if path.suffix not in SUBMISSION_SUFFIXES:
+                raise TargetError(f"{target} is neither a .py file nor a .ipynb notebook")
+            targets.append(target)
+        elif is_module_target(target) and _importable(target):
+            targets.append(target)
+        else:
+            raise TargetError(f"no such file, folder or importable module: {target}")
+    return targets
+
+
+def _importable(module_path: str) -> bool:
+    """Whether the top-level package of ``module_path`` can be found, from the current folder
+    or the installed ones — without importing anything (no submission code runs here)."""
+    head = module_path.split(".")[0]
+    try:
+        return (
+            importlib.machinery.PathFinder.find_spec(head, [os.getcwd()]) is not None
+            or importlib.util.find_spec(head) is not None
+        )
+    except (ImportError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_submission(target: str, *, execute_all_cells: bool = False) -> LoadedSubmission:
+    """Run the submission's code into a fresh module namespace and return it with notes.
+
+    Exceptions raised by the submission's own code propagate unchanged: the caller turns
+    them into a "not gradable" verdict with the traceback.
+    """
+    path = Path(target)
+    if path.suffix == ".ipynb":
+        return _load_notebook(path, execute_all_cells=execute_all_cells)
+    if path.suffix == ".py" or path.exists():
+        return _load_python_file(path)
+    if is_module_target(target):
+        module = importlib.import_module(target)
+        origin = getattr(module, "__file__", None) or "a namespace package"
+        return LoadedSubmission(
+            target, "module", vars(module), [f"imported module {target} from {origin}"]
+        )
+    raise TargetError(f"no such file, notebook or importable module: {target}")
+
+
+def _fresh_module(file: Path | None) -> types.ModuleType:
+    module = types.ModuleType(SUBMISSION_MODULE_NAME)
+    if file is not None:
+        module.__file__ = str(file)
+    # Registered so that dataclasses, pickle and inspect find the module by name.
+    sys.modules[SUBMISSION_MODULE_NAME] = module
+    return module
+
+
+def _load_python_file(path: Path) -> LoadedSubmission:
+    source = path.read_text(encoding="utf-8")
+    module = _fresh_module(path.resolve())
+    code = compile(source, str(path), "exec", dont_inherit=True)
+    exec(code, module.__dict__)
+    return LoadedSubmission(str(path), "python file", module.__dict__)
+
+
+def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
+    try:
+        import nbformat
+    except ImportError as exc:  # pragma: no cover - a dependency of moco-ref
+        raise ImportError("grading notebooks needs nbformat: pip install nbformat") from exc
+
+    notebook = nbformat.read(str(path), as_version=4)
+    module = _fresh_module(None)
+    notes: list[str] = []
+    definitions = DefinitionFilter()
+    code_cells = 0
+    for number, cell in enumerate(notebook.cells, start=1):
+        if cell.cell_type != "code":
+            continue
+        code_cells += 1
+        source, ipython_lines = strip_ipython(cell.source)
+        if ipython_lines:
+            quoted = [f"`{line}`" for line in ipython_lines]
+            notes.append(f"cell {number}: skipped IPython magic/shell {_shown(quoted)}")
+        if not source.strip():
+            continue
+        filename = f"{path}#cell{number}"
+        tree = ast.parse(source, filename=filename)  # a SyntaxError names the cell
+        if not execute_all_cells:
+            kept, skipped = definitions.split(tree.body)
+            if skipped:
+                first_lines = [_first_line(source, node) for node in skipped]
+                notes.append(f"cell {number}: skipped top-level work {_shown(first_lines)}")
+            tree.body = kept
+            if not kept:
+                continue
+        _remember_source(filename, source)
+        exec(compile(tree, filename, "exec", dont_inherit=True), module.__dict__)
+    if execute_all_cells:
+        notes.append(f"executed all {code_cells} code cells (--execute-all-cells)")
+    return LoadedSubmission(str(path), "notebook", module.__dict__, notes)
+
+
+def _remember_source(filename: str, source: str) -> None:
+    """Let tracebacks and ``inspect.getsource`` show a cell's lines."""
+    lines = source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
+
+
+def _first_line(source: str, node: ast.stmt, limit: int = 70) -> str:
+    line = source.splitlines()[node.lineno - 1].strip()
+    text = line if len(line) <= limit else line[: limit - 1] + "…"
+    return f"`{text}` (line {node.lineno})"
+
+
+def _shown(items: list[str], limit: int = 3) -> str:
+    more = len(items) - limit
+    return ", ".join(items[:limit]) + (f" and {more} more" if more > 0 else "")
+
+
+# --------------------------------------------------------------------------- IPython syntax
+
+_SHELL_ASSIGNMENT = re.compile(r"^\s*[A-Za-z_][\w.,\s]*=\s*[!%]")
+_HELP_LINE = re.compile(r"^\s*[\w.]+\s*\?{1,2}\s*$")
+
+
+def strip_ipython(source: str) -> tuple[str, list[str]]:
+    """Remove IPython-only lines from one cell: a ``%%`` cell magic drops the whole cell;
+    ``%line`` magics, ``!shell`` lines, ``x = !cmd`` and ``name?`` help lines become ``pass``
+    (keeping blocks and line numbers intact). Returns the source and the lines removed."""
+    lines = source.splitlines()
+    first = next((line.strip() for line in lines if line.strip()), "")
+    if first.startswith("%%"):
+        return "", [first]
+    try:
+        ast.parse(source)
+        return source, []  # plain Python: nothing to strip
+    except SyntaxError:
+        pass
+    removed: list[str] = []
+    for index, line in enumerate(lines):
+        stripped = line.lstrip()
+        if (
+            stripped.startswith(("%", "!"))
+            or _SHELL_ASSIGNMENT.match(line)
+            or _HELP_LINE.match(line)
+        ):
+            removed.append(stripped)
+            lines[index] = line[: len(line) - len(stripped)] + "pass"
+    return "\n".join(lines), removed
+
+
+# --------------------------------------------------------------------------- definitions only
+
+_SAFE_CALLS = frozenset(
+    {
+        "torch.device",
+        "torch.cuda.is_available",
+        "torch.backends.mps.is_available",
+        "torch.get_default_dtype",
+        "dict",
+        "list",
+        "tuple",
+        "set",
+        "frozenset",
+        "range",
+        "float",
+        "int",
+        "str",
+        "bool",
+        "len",
+        "min",
+        "max",
+        "abs",
+        "round",
+        "sorted",
+    }
+)
+_BUILTIN_NAMES = frozenset(name for name in dir(builtins) if not name.startswith("__"))
+
+
+class DefinitionFilter:
+    """Decides, statement by statement, what a notebook cell defines (kept) and what it does
+    (skipped). Kept: imports, ``def``/``class``, assignments of constant expressions
+    (literals, arithmetic, names already kept, attributes such as ``torch.float32``, and a few
+    side-effect-free calls such as ``torch.device('cpu')``), docstrings, and ``if``/``try``
+    blocks made only of those. State carries across cells: names kept earlier count as known.
+    """
+
+    def __init__(self) -> None:
+        self.known: set[str] = set()
+        self.aliases: dict[str, str] = {}  # local name -> dotted origin, from imports
+        self.star_import = False
+
+    def split(self, body: list[ast.stmt]) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        kept: list[ast.stmt] = []
+        skipped: list[ast.stmt] = []
+        for node in body:
+            if self._keepable(node):
+                self._bind(node)
+                kept.append(node)
+            else:
+                skipped.append(node)
+        return kept, skipped
+
+    # -- statements
+
+    def _keepable(self, node: ast.stmt) -> bool:
+        if isinstance(
+            node,
+            ast.Import | ast.ImportFrom | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
+        ):
+            return True
+        if isinstance(node, ast.Pass):
+            return True
+        if isinstance(node, ast.Expr):
+            return isinstance(node.value, ast.Constant)  # a docstring or a bare literal
+        if isinstance(node, ast.Assign):
+            return all(_simple_target(t) for t in node.targets) and self.constant(node.value)
+        if isinstance(node, ast.AnnAssign):
+            return _simple_target(node.target) and (
+                node.value is None or self.constant(node.value)
+            )
+        if isinstance(node, ast.AugAssign):
+            return _simple_target(node.target) and self.constant(node.value)
+        if isinstance(node, ast.If):
+            return self.constant(node.test) and self._block(node.body + node.orelse)
+        if isinstance(node, ast.Try):
+            handlers = [stmt for handler in node.handlers for stmt in handler.body]
+            return self._block(node.body + handlers + node.orelse + node.finalbody)
+        return False
+
+    def _block(self, body: list[ast.stmt]) -> bool:
+        """A nested block is kept whole or not at all; names it binds count as known."""
+        saved = (set(self.known), dict(self.aliases), self.star_import)
+        for node in body:
+            if not self._keepable(node):
+                self.known, self.aliases, self.star_import = saved
+                return False
+            self._bind(node)
+        self.known, self.aliases, self.star_import = saved
+        return True
+
+    def _bind(self, node: ast.stmt) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".")[0]
+                self.known.add(local)
+                self.aliases[local] = alias.name if alias.asname else local
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name == "*":
+                    self.star_import = True
+                    continue
+                local = alias.asname or alias.name
+                self.known.add(local)
+                self.aliases[local] = f"{node.module or ''}.{alias.name}".lstrip(".")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            self.known.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                self.known.update(_target_names(target))
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+            self.known.update(_target_names(node.target))
+        elif isinstance(node, ast.If | ast.Try):
+            nested = list(node.body) + list(node.orelse)
+            if isinstance(node, ast.Try):
+                nested += [stmt for handler in node.handlers for stmt in handler.body]
+                nested += node.finalbody
+            for stmt in nested:
+                self._bind(stmt)
+
+    # -- expressions
+
+    def constant(self, node: ast.expr) -> bool:
+        """Whether evaluating ``node`` is cheap and does no work beyond computing a value."""
+        if isinstance(node, ast.Constant):
+            return True
+        if isinstance(node, ast.Name):
+            return node.id in self.known or node.id in _BUILTIN_NAMES or self.star_import
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return all(self.constant(element) for element in node.elts)
+        if isinstance(node, ast.Dict):
+            keys_ok = all(key is None or self.constant(key) for key in node.keys)
+            return keys_ok and all(self.constant(value) for value in node.values)
+        if isinstance(node, ast.Starred):
+            return self.constant(node.value)
+        if isinstance(node, ast.UnaryOp):
+            return self.constant(node.operand)
+        if isinstance(node, ast.BinOp):
+            return self.constant(node.left) and self.constant(node.right)
+        if isinstance(node, ast.BoolOp):
+            return all(self.constant(value) for value in node.values)
+        if isinstance(node, ast.Compare):
+            return self.constant(node.left) and all(self.constant(c) for c in node.comparators)
+        if isinstance(node, ast.IfExp):
+            return all(self.constant(part) for part in (node.test, node.body, node.orelse))
+        if isinstance(node, ast.Attribute):
+            return self.constant(node.value)
+        if isinstance(node, ast.Subscript):
+            return self.constant(node.value) and self.constant(node.slice)
+        if isinstance(node, ast.Slice):
+            parts = (node.lower, node.upper, node.step)
+            return all(part is None or self.constant(part) for part in parts)
+        if isinstance(node, ast.JoinedStr):
+            return all(self.constant(value) for value in node.values)
+        if isinstance(node, ast.FormattedValue):
+            return self.constant(node.value)
+        if isinstance(node, ast.Lambda):
+            return True  # defining a function does no work
+        if isinstance(node, ast.Call):
+            return (
+                self._resolved_call_name(node.func) in _SAFE_CALLS
+                and all(self.constant(arg) for arg in node.args)
+                and all(self.constant(keyword.value) for keyword in node.keywords)
+            )
+        return False
+
+    def _resolved_call_name(self, func: ast.expr) -> str | None:
+        parts: list[str] = []
+        while isinstance(func, ast.Attribute):
+            parts.append(func.attr)
+            func = func.value
+        if not isinstance(func, ast.Name):
+            return None
+        head = self.aliases.get(func.id, func.id)
+        return ".".join([head, *reversed(parts)])
+
+
+def _simple_target(node: ast.expr) -> bool:
+    if isinstance(node, ast.Name):
+        return True
+    if isinstance(node, ast.Tuple | ast.List):
+        return all(_simple_target(element) for element in node.elts)
+    if isinstance(node, ast.Starred):
+        return _simple_target(node.value)
+    return False
+
+
+def _target_names(node: ast.expr) -> list[str]:
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Tuple | ast.List):
+        return [name for element in node.elts for name in _target_names(element)]
+    if isinstance(node, ast.Starred):
+        return _target_names(node.value)
+    return []

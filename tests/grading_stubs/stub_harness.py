@@ -1,0 +1,96 @@
+"""A tiny stand-in for ``moco_ref.conformance.{observe,judge,registry}``.
+
+Checks (all on ``moco_warmup()``): ``W1-warmup-fifo`` and ``W2-warmup-ema`` for every style,
+and ``B1-builder-only``, which does not apply to ``lab``. ``install()`` puts the stand-ins in
+``sys.modules``; the ``sitecustomize`` beside this file does that in every child process
+started with this folder on ``PYTHONPATH`` (worker processes, pytest subprocesses).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    check_id: str
+    title: str
+    family: str
+    points: float
+    styles: tuple[str, ...]
+    doc: str = ""
+
+
+SPECS = (
+    CheckSpec("W1-warmup-fifo", "warmup FIFO keeps the newest", "warmup", 1.0, ("lab",)),
+    CheckSpec("W2-warmup-ema", "warmup EMA value", "warmup", 2.0, ("lab",)),
+    CheckSpec("B1-builder-only", "a builder-only check", "I1", 1.0, ("builder",)),
+)
+
+
+def all_checks(style=None):
+    return [spec for spec in SPECS if style is None or style in spec.styles]
+
+
+def detect_style(namespace: dict) -> str:
+    if "moco_warmup" in namespace or "train_moco" in namespace:
+        return "lab"
+    raise ValueError("no MoCo names found: expected moco_warmup/train_moco (lab)")
+
+
+def observe(namespace: dict, style: str, options) -> dict:
+    import torch
+
+    try:
+        warmup = namespace["moco_warmup"]()
+    except Exception as exc:  # noqa: BLE001 - recorded, judged as an error
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"warmup": warmup, "probe": torch.arange(3.0), "seed": options.seed}
+
+
+def judge(observations: dict, style: str, options):
+    from moco_ref.conformance.results import CheckResult, Status
+
+    results = []
+    for spec in SPECS:
+        if not options.selects(spec.check_id):
+            continue
+        if style not in spec.styles:
+            status, message = Status.NOT_APPLICABLE, f"does not apply to style {style}"
+        elif "error" in observations:
+            status, message = Status.ERROR, f"moco_warmup raised {observations['error']}"
+        elif spec.check_id.startswith("W1"):
+            fifo = observations["warmup"]["FIFO"]
+            ok = fifo == ["c", "d", "e", "f"]
+            status = Status.PASSED if ok else Status.FAILED
+            message = "" if ok else f"queue kept the oldest: expected ['c','d','e','f'], got {fifo}"
+        else:
+            ema = observations["warmup"]["EMA"]
+            ok = all(abs(a - b) < 1e-9 for a, b in zip(ema, [0.2, 2.2], strict=True))
+            status = Status.PASSED if ok else Status.FAILED
+            message = "" if ok else f"EMA expected [0.2, 2.2], got {ema}"
+        results.append(
+            CheckResult(spec.check_id, spec.title, spec.family, spec.points, status, message)
+        )
+    assert observations.get("probe") is None or observations["probe"].tolist() == [0, 1, 2]
+    return results, {"m": 0.9, "capacity": 4, "order": "lab"}
+
+
+def install(modules=None) -> dict:
+    """The stand-in modules, put in ``modules`` (default ``sys.modules``)."""
+    target = sys.modules if modules is None else modules
+    this = sys.modules[__name__]
+    stand_ins = {}
+    for name, attributes in (
+        ("observe", {"observe": observe}),
+        ("judge", {"judge": judge}),
+        ("registry", {"all_checks": all_checks, "detect_style": detect_style,
+                      "CheckSpec": CheckSpec}),
+    ):
+        module = types.ModuleType(f"moco_ref.conformance.{name}")
+        module.__dict__.update(attributes, __stub__=this)
+        stand_ins[module.__name__] = module
+    target.update(stand_ins)
+    return stand_ins

@@ -1,0 +1,77 @@
+"""The example corpus: every correct submission gets full marks, every buggy one fails exactly
+the families its manifest entry names (and no other), graded in-process through a
+``torch.save`` round trip of its observations."""
+
+from __future__ import annotations
+
+import pytest
+from conformance_support import (
+    SUBMISSIONS,
+    explain,
+    grade,
+    load_namespace,
+    manifest_entries,
+    not_passed_families,
+)
+
+from moco_ref.conformance.registry import all_checks, detect_style
+from moco_ref.conformance.results import Status
+
+ENTRIES = manifest_entries()
+
+
+def test_corpus_is_large_enough():
+    correct = [e for e in ENTRIES if e["expect_full_marks"]]
+    buggy = [e for e in ENTRIES if not e["expect_full_marks"]]
+    assert len(correct) >= 4 and any(e["path"].endswith(".ipynb") for e in correct)
+    assert len(buggy) >= 15
+    assert all(e["expected_failed_families"] and e["bug"] for e in buggy)
+    listed = {e["path"] for e in ENTRIES}
+    on_disk = {p.name for p in SUBMISSIONS.iterdir() if p.suffix in (".py", ".ipynb")}
+    assert listed == on_disk
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["path"] for e in ENTRIES])
+def test_example_verdict(entry):
+    namespace = load_namespace(SUBMISSIONS / entry["path"])
+    assert detect_style(namespace) == entry["style"]
+    results, inferred = grade(namespace, entry["style"])
+    applicable = {spec.check_id for spec in all_checks(entry["style"])}
+    assert {r.check_id for r in results if r.status is not Status.NOT_APPLICABLE} <= applicable
+    failed = not_passed_families(results)
+    if entry["expect_full_marks"]:
+        assert not failed, explain(results)
+        if entry["style"] == "lab":  # the probe exercises every lab check
+            assert all(r.status is Status.PASSED for r in results if r.check_id in applicable), \
+                explain(results)
+    else:
+        assert failed == set(entry["expected_failed_families"]), (
+            f"{entry['bug']}\nexpected to fail {entry['expected_failed_families']}, "
+            f"failed {sorted(failed)}\n{explain(results)}")
+        for result in results:
+            if result.status is Status.FAILED:  # a message a student can act on
+                assert ": " in result.message and len(result.message) > 40, result
+
+
+PROBE_EXAMPLES = ["correct_lab_order.py", "correct_ring_buffer.py", "bug_queue_keeps_oldest.py",
+                  "bug_no_mask.py", "bug_stale_ema_order.py"]
+
+
+@pytest.mark.parametrize("name", PROBE_EXAMPLES)
+def test_verdicts_hold_for_other_probes(name):
+    """The probe's sizes are the harness's choice, not the verdict's: other probes drawn from
+    ``lab_probes`` (other train sizes, epochs, seeds) give the same verdicts."""
+    from conformance_support import round_trip
+
+    from moco_ref.conformance.judge import judge
+    from moco_ref.conformance.observe import observe_lab
+    from moco_ref.conformance.options import GradeOptions
+    from moco_ref.conformance.strategies import draw_cases, lab_probes
+
+    entry = next(e for e in ENTRIES if e["path"] == name)
+    namespace = load_namespace(SUBMISSIONS / name)
+    for probe in draw_cases(lab_probes(), 3, seed=1)[1:]:
+        record = round_trip({**observe_lab(namespace, GradeOptions(), probe), "style": "lab"})
+        results, _ = judge(record, "lab", GradeOptions())
+        assert not_passed_families(results) == set(entry["expected_failed_families"]), (
+            f"{probe}\n{explain(results)}")

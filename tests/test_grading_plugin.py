@@ -1,0 +1,58 @@
+"""The pytest plugin, run in-process by pytester: one test per check, ids are check ids, -k
+selects, verdicts are reported as they are (never "passed" for a check that did not run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+from grading_stubs.fixtures import BAD_FIFO_WARMUP, stubbed, write  # noqa: F401 - fixture
+
+# Imported here, before pytester snapshots sys.modules: torch cannot be imported twice.
+import moco_ref.conformance.pytest_plugin  # noqa: F401, E402
+import moco_ref.grading.runner  # noqa: F401, E402
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = "moco_ref.conformance.pytest_plugin"
+
+
+@pytest.fixture
+def run_pytest(pytester, monkeypatch):
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # exactly this plugin, once
+
+    def run(*arguments: str):
+        return pytester.runpytest_inprocess("-p", PLUGIN, "-p", "no:cacheprovider", *arguments)
+
+    return run
+
+
+def test_plugin_is_registered_as_a_pytest11_entry_point():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["pytest11"]["moco_ref"] == PLUGIN
+
+
+@pytest.mark.usefixtures("stubbed")
+def test_one_test_per_check_selected_with_k(pytester, run_pytest):
+    write(pytester.path, "student_moco.py", BAD_FIFO_WARMUP)
+    result = run_pytest("--moco-impl=student_moco.py", "-k", "not W2", "-v", "-rs")
+    result.assert_outcomes(failed=1, skipped=1, deselected=1)
+    result.stdout.fnmatch_lines([
+        "*collected 3 items / 1 deselected / 2 selected*",
+        "moco-ref::W1-warmup-fifo FAILED*",
+        "moco-ref::B1-builder-only SKIPPED (B1-builder-only: does not apply*",
+        "*queue kept the oldest*",
+        "rerun: moco-ref grade */student_moco.py --check W1-warmup-fifo",
+        "*student_moco.py — style lab — score 2/3*",
+        "SKIPPED [1] student_moco.py: B1-builder-only: does not apply to style lab",
+    ])
+    assert "W2-warmup-ema" not in result.stdout.str()
+
+
+def test_without_moco_impl_the_plugin_does_nothing(pytester, run_pytest):
+    pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
+    result = run_pytest("-q")
+    result.assert_outcomes(passed=1)
+    assert "moco-ref" not in result.stdout.str()
