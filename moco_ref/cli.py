@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from moco_ref import __version__, golden_cli, training_cli
+from moco_ref import __version__, golden_cli, refactor_cli, training_cli
 from moco_ref.grading import cli as grading_cli
 
 
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_walk(subparsers)
     grading_cli.add_parsers(subparsers)  # grade, demo
     golden_cli.add_parser(subparsers)
+    refactor_cli.add_parsers(subparsers)  # record, compare
     training_cli.add_parser(subparsers)
     return parser
 

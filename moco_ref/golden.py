@@ -115,6 +115,41 @@ def trajectory_golden(order: str) -> Callable[[], dict]:
     return produce
 
 
+DIGITS_RUN = {"epochs": 2, "seed": 0, "noise": 0.1, "items": 600}
+FLOAT32_RUN = {"rtol": 1e-3, "atol": 1e-4}  # 2 epochs of float32 training: stated drift bound
+
+
+def _noise_views(seed: int):
+    """Plain-torch views (no torchvision): the image plus seeded Gaussian noise."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def views(batch: torch.Tensor) -> torch.Tensor:
+        noise = torch.randn(batch.shape, generator=generator, dtype=batch.dtype)
+        return batch + DIGITS_RUN["noise"] * noise
+
+    return views
+
+
+def digits_run_golden() -> dict:
+    """``train_moco`` in float32 on the first 600 bundled digits, LAB 07 settings, 2 epochs."""
+    from moco_ref.data import load_digits_dataset
+    from moco_ref.lab import train_moco
+    from moco_ref.models import SmallConvNet
+    from moco_ref.recipes import RECIPES
+
+    data = load_digits_dataset()
+    torch.manual_seed(DIGITS_RUN["seed"])
+    model = SmallConvNet(data.channels, **RECIPES["lab07"].model)
+    train = torch.arange(DIGITS_RUN["items"])
+    *_, queue, queue_ids, history, trace, drift = train_moco(
+        model, data.images, train, DIGITS_RUN["epochs"], seed=DIGITS_RUN["seed"],
+        views=_noise_views(DIGITS_RUN["seed"] + 1),
+    )
+    return {**_values({"queue_ids": queue_ids.tolist(), "trace": trace}, EXACT),
+            **_values({"history": history, "drift": drift, "queue": queue.tolist()},
+                      FLOAT32_RUN)}
+
+
 GOLDENS: dict[str, Golden] = {
     golden.name: golden
     for golden in (
@@ -124,6 +159,8 @@ GOLDENS: dict[str, Golden] = {
                "plain numpy MoCo (tests/test_golden.py)"),
         Golden("trajectory_lab", trajectory_golden("lab"), "float64", TRAJECTORY["seed"],
                "plain numpy MoCo (tests/test_golden.py)"),
+        Golden("train_moco_digits", digits_run_golden, "float32", DIGITS_RUN["seed"],
+               "paper order gives the same run (tests/test_golden.py)"),
     )
 }
 

@@ -1,0 +1,82 @@
+"""The refactor guard: it finds a one-ulp change in one key of one step, names the step and
+the quantity, and ignores a storage-only refactor."""
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moco_ref import refactor_guard
+from moco_ref.cli import main
+from moco_ref.conformance.observe import observe
+from moco_ref.conformance.options import GradeOptions
+from tests.conformance_support import load_namespace
+
+PAIR = Path(__file__).resolve().parent / "refactor_pair"
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    out = {}
+    for name in ("lab_concat", "lab_ring"):
+        observations = observe(load_namespace(PAIR / f"{name}.py"), "lab", GradeOptions())
+        out[name] = refactor_guard.trajectory_from_observations(observations, "lab", name)
+    return out
+
+
+def test_a_trajectory_is_identical_to_itself(recorded):
+    assert refactor_guard.compare(recorded["lab_concat"], recorded["lab_concat"]) is None
+
+
+def test_a_storage_only_refactor_is_identical(recorded):
+    """Concatenate-and-slice against a ring buffer read oldest first: bitwise the same run."""
+    assert len(recorded["lab_ring"]["steps"]) >= 6
+    assert refactor_guard.compare(recorded["lab_concat"], recorded["lab_ring"]) is None
+
+
+def test_one_ulp_in_one_key_of_one_step_is_found(recorded):
+    changed = copy.deepcopy(recorded["lab_ring"])
+    row = changed["steps"][4]["k"][2]
+    row[5] = float(np.nextafter(np.float32(row[5]), np.float32(np.inf)))
+    divergence = refactor_guard.compare(recorded["lab_concat"], changed)
+    assert divergence is not None
+    assert divergence.where.startswith("step 4 (epoch") and divergence.where.endswith(": k")
+    assert "1 of" in divergence.detail and "at index [2, 5]" in divergence.detail
+    assert refactor_guard.compare(recorded["lab_concat"], changed, rtol=1e-6) is None
+
+
+def test_the_first_divergence_wins_over_later_ones(recorded):
+    changed = copy.deepcopy(recorded["lab_concat"])
+    changed["steps"][2]["loss"] += 1e-3
+    changed["steps"][5]["ids"][0] += 1
+    divergence = refactor_guard.compare(recorded["lab_concat"], changed)
+    assert divergence.where.startswith("step 2 ") and divergence.where.endswith(": loss")
+
+
+def test_the_reference_loss_is_recorded_per_step(recorded):
+    losses = [step["loss"] for step in recorded["lab_concat"]["steps"]]
+    assert all(isinstance(loss, float) and loss > 0 for loss in losses)
+
+
+def test_compare_command_exit_codes(recorded, tmp_path, capsys):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    refactor_guard.save(recorded["lab_concat"], a)
+    refactor_guard.save(recorded["lab_ring"], b)
+    assert main(["compare", str(a), str(b)]) == 0
+    assert "identical within tolerance" in capsys.readouterr().out
+    changed = json.loads(b.read_text())
+    changed["final"]["queue_ids"][0] += 1
+    b.write_text(json.dumps(changed))
+    assert main(["compare", str(a), str(b)]) == 1
+    assert "first divergence at the end of training: queue_ids" in capsys.readouterr().out
+    b.write_text("{}")
+    assert main(["compare", str(a), str(b)]) == 2
+
+
+def test_record_command_runs_the_submission_in_the_sandbox(tmp_path, recorded, capsys):
+    out = tmp_path / "run.json"
+    assert main(["record", str(PAIR / "lab_concat.py"), "--out", str(out)]) == 0
+    assert "steps) to" in capsys.readouterr().out
+    assert refactor_guard.compare(recorded["lab_concat"], refactor_guard.load(out)) is None
