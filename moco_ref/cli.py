@@ -32,7 +32,11 @@ def _run_walk(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="moco-ref", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="moco-ref",
+        description="moco-ref: the MoCo reference implementation and the grader that holds "
+        "other MoCo code to it.",
+    )
     parser.add_argument("--version", action="version", version=f"moco-ref {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_walk(subparsers)
