@@ -6,7 +6,7 @@ import torch
 from moco_ref import KeyQueue
 
 DIM, BATCH = 128, 256
-CAPACITIES = [1024, 16384, 65536]
+CAPACITIES = [1024, 4096, 16384, 65536, 262144]
 
 
 class ConcatQueue:

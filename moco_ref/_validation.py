@@ -30,10 +30,17 @@ def require_matrix(name: str, value: object, *, dim: int | None = None) -> torch
             f"{name} must have {dim} columns (the feature dimension), "
             f"got shape {list(tensor.shape)}"
         )
-    if tensor.numel() and not bool(torch.isfinite(tensor.detach()).all()):
+    if tensor.numel() and not all_finite(tensor):
         bad = (~torch.isfinite(tensor.detach())).any(dim=1).nonzero().flatten().tolist()
         raise ValueError(f"{name} must be finite; rows {bad[:8]} contain NaN or inf")
     return tensor
+
+
+def all_finite(tensor: torch.Tensor) -> bool:
+    """No NaN and no ±inf; one fused min/max pass (NaN propagates into both), which is much
+    cheaper than materialising ``isfinite`` for a large queue."""
+    low, high = torch.aminmax(tensor.detach())
+    return math.isfinite(float(low)) and math.isfinite(float(high))
 
 
 def require_ids(name: str, value: object, *, length: int | None = None) -> torch.Tensor:
