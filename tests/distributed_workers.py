@@ -38,40 +38,13 @@ def shuffle_and_gather(rank, world, rendezvous, out):
     dist.destroy_process_group()
 
 
-def train_moco_ranks(rank, world, rendezvous, out):
-    """MoCo without BN under DDP: each rank trains on its slice of the global batch."""
-    _init(rank, world, rendezvous)
-    torch.manual_seed(0)
-    model = MoCo(tiny_without_bn, dim=16, K=K, m=0.9, T=0.2)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    views_q, views_k = global_batches(world)
-    mine = slice(rank * BATCH, (rank + 1) * BATCH)
-    record = {"logits": [], "queue": [], "queue_ids": []}
-    for step in range(STEPS):
-        ids = torch.arange(world * BATCH)[mine] % 6  # sources recur across steps
-        logits, labels = ddp(views_q[step, mine], views_k[step, mine], ids=ids)
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(logits, labels).backward()
-        optimizer.step()
-        record["logits"].append(logits.detach())
-        record["queue"].append(model.queue.clone())
-        record["queue_ids"].append(model.queue_ids.clone())
-    record["params"] = [p.detach().clone() for p in model.encoder_q.parameters()]
-    torch.save(record, f"{out}/rank{rank}.pt")
-    dist.destroy_process_group()
-
-
-def train_moco_single(world):
-    """The same run in one process on the concatenated batch."""
-    torch.manual_seed(0)
-    model = MoCo(tiny_without_bn, dim=16, K=K, m=0.9, T=0.2)
+def _train(forward, model, rows, ids, world):
+    """STEPS of SGD on ``rows`` of the global batches; what each step left behind."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     views_q, views_k = global_batches(world)
     record = {"logits": [], "queue": [], "queue_ids": []}
     for step in range(STEPS):
-        ids = torch.arange(world * BATCH) % 6
-        logits, labels = model(views_q[step], views_k[step], ids=ids)
+        logits, labels = forward(views_q[step, rows], views_k[step, rows], ids=ids)
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(logits, labels).backward()
         optimizer.step()
@@ -80,3 +53,25 @@ def train_moco_single(world):
         record["queue_ids"].append(model.queue_ids.clone())
     record["params"] = [p.detach().clone() for p in model.encoder_q.parameters()]
     return record
+
+
+def _model():
+    torch.manual_seed(0)
+    return MoCo(tiny_without_bn, dim=16, K=K, m=0.9, T=0.2)
+
+
+def train_moco_ranks(rank, world, rendezvous, out):
+    """MoCo without BN under DDP: each rank trains on its slice of the global batch."""
+    _init(rank, world, rendezvous)
+    model = _model()
+    mine = slice(rank * BATCH, (rank + 1) * BATCH)
+    ids = torch.arange(world * BATCH)[mine] % 6  # sources recur across steps
+    record = _train(torch.nn.parallel.DistributedDataParallel(model), model, mine, ids, world)
+    torch.save(record, f"{out}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def train_moco_single(world):
+    """The same run in one process on the concatenated batch."""
+    model = _model()
+    return _train(model, model, slice(0, world * BATCH), torch.arange(world * BATCH) % 6, world)
