@@ -43,6 +43,7 @@ from moco_ref.warmup import moco_warmup as reference_warmup
 
 LAB = ("lab",)
 BOTH = ("lab", "components")
+LAB_AND_BUILDER = ("lab", "builder")  # checks that read only ``ev.ema`` (both evidences have it)
 RETURN_NAMES = ("query", "key", "queue", "queue_ids", "history", "trace", "drift")
 LAB_TRACE_KEYS = ("step", "queue_size", "first_source_id", "last_source_id")
 
@@ -669,12 +670,14 @@ def check_key_starts_as_copy(ev: LabEvidence) -> str | None:
     return None
 
 
-@check("I6-ema-uses-current-query", "the step order is the paper's or LAB 07's", "I6", 2, LAB)
+@check("I6-ema-uses-current-query", "the step order is the paper's or LAB 07's", "I6", 2,
+       LAB_AND_BUILDER)
 def check_ema_uses_current_query(ev: LabEvidence) -> str | None:
     """The key encoder that encodes step t's keys is m·θk + (1 − m)·θq with θq *after* step
     t − 1's optimizer step — true of both valid orders (paper: EMA after the query update;
-    LAB 07: EMA before the key forward). An EMA that uses θq from before the optimizer step
-    (e.g. placed between the key forward and the update) is neither order."""
+    LAB 07 and the official module: EMA before the key forward). An EMA that uses θq from
+    before the optimizer step (e.g. placed between the key forward and the update, or after
+    the key forward inside ``forward``) is neither order."""
     ema = ev.ema
     if ema.uses == "none":
         raise NotExercised("not exercised: the key encoder never moved, so the place of the EMA "
@@ -697,7 +700,7 @@ def check_ema_uses_current_query(ev: LabEvidence) -> str | None:
              got=f"residuals {update.residual_current:.2g} (current θq) and "
                  f"{update.residual_stale:.2g} (θq one update older)")
     order = ema.order or "lab"
-    note = {"lab": "observed order: LAB 07 (EMA before the key forward)",
+    note = {"lab": "observed order: LAB 07 / official (EMA before the key forward)",
             "paper": "observed order: paper (EMA after the query update)"}[order]
     return note + (" — updates too small to tell θq apart" if ema.uses == "ambiguous" else "")
 
@@ -705,7 +708,8 @@ def check_ema_uses_current_query(ev: LabEvidence) -> str | None:
 # =========================================================================== I7
 
 
-@check("I7-ema-law", "θk ← m·θk + (1 − m)·θq over all parameters, one m", "I7", 2, LAB)
+@check("I7-ema-law", "θk ← m·θk + (1 − m)·θq over all parameters, one m", "I7", 2,
+       LAB_AND_BUILDER)
 def check_ema_law(ev: LabEvidence) -> str | None:
     """Between two key forwards θk changes only by θk ← m·θk + (1 − m)·θq, over every
     parameter, with one m for the whole run (fitted from the snapshots): not by the

@@ -12,12 +12,13 @@ import traceback
 
 from moco_ref.conformance._threads import one_thread
 from moco_ref.conformance.assertions import CheckFailure, NotExercised, SubmissionError
+from moco_ref.conformance.builder_evidence import BuilderEvidence
 from moco_ref.conformance.evidence import ComponentsEvidence, LabEvidence
 from moco_ref.conformance.options import GradeOptions
-from moco_ref.conformance.registry import CheckSpec, all_checks
+from moco_ref.conformance.registry import CheckSpec, all_checks, not_applicable_reason
 from moco_ref.conformance.results import CheckResult, Status
 
-EVIDENCE = {"lab": LabEvidence, "components": ComponentsEvidence}
+EVIDENCE = {"lab": LabEvidence, "components": ComponentsEvidence, "builder": BuilderEvidence}
 
 
 def judge(
@@ -42,7 +43,7 @@ def _judge(observations: dict, style: str, options: GradeOptions):
             continue
         if not spec.applies_to(style):
             results.append(_result(spec, Status.NOT_APPLICABLE,
-                                   f"does not apply to {style} submissions"))
+                                   not_applicable_reason(spec, style)))
         elif evidence is None:
             results.append(_result(spec, Status.ERROR, broken or f"style {style!r} is not judged"))
         else:

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from moco_ref.conformance._threads import one_thread
+from moco_ref.conformance.builder_probe import observe_builder
 from moco_ref.conformance.options import GradeOptions
 from moco_ref.conformance.probe import (
     PROJECTION_DIM,
@@ -43,6 +44,8 @@ def observe(namespace: dict, style: str, options: GradeOptions) -> dict:
         record = observe_lab(namespace, options)
     elif style == "components":
         record = observe_components(namespace, options)
+    elif style == "builder":
+        record = observe_builder(namespace, options)
     else:
         record = {"unsupported": f"style {style!r} is not observed yet"}
     record.update(format=OBSERVATION_FORMAT, style=style)

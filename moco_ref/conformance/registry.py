@@ -76,7 +76,7 @@ def check(check_id: str, title: str, family: str, points: float, styles: tuple[s
 
 def _load() -> None:
     # The modules register their checks on import.
-    from moco_ref.conformance import checks, component_checks  # noqa: F401
+    from moco_ref.conformance import builder_checks, checks, component_checks  # noqa: F401
 
 
 def all_checks(style: str | None = None) -> list[CheckSpec]:
@@ -85,6 +85,28 @@ def all_checks(style: str | None = None) -> list[CheckSpec]:
     _load()
     specs = [s for s in _CHECKS.values() if style is None or s.applies_to(style)]
     return sorted(specs, key=lambda s: FAMILIES.index(s.family))
+
+
+# Why a check does not apply to a style, when there is more to say than "it does not":
+# keyed by style, then by check id or family (the id wins).
+NOT_APPLICABLE_BECAUSE: dict[str, dict[str, str]] = {
+    "builder": {
+        "I4": "a builder module's forward(im_q, im_k) gets no source ids, so there is no "
+              "same-source mask to check",
+        "I3-ids-move-with-keys": "a builder module keeps no ids in its queue",
+        "I5": "a builder submission defines no moco_warmup",
+        "warmup": "a builder submission defines no moco_warmup",
+        "I8-empty-queue-in-batch": "the official queue starts full of random keys: there is no "
+                                   "empty-queue batch",
+    },
+}
+
+
+def not_applicable_reason(spec: CheckSpec, style: str) -> str:
+    """Why ``spec`` is reported not applicable to ``style``."""
+    reasons = NOT_APPLICABLE_BECAUSE.get(style, {})
+    return reasons.get(spec.check_id) or reasons.get(spec.family) or (
+        f"does not apply to {style} submissions")
 
 
 def get_check(check_id: str) -> CheckSpec:

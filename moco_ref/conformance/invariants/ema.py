@@ -108,7 +108,8 @@ class UpdateVerdict:
     fits_stale: bool
     residual_current: float
     residual_stale: float
-    skipped: list[str] = field(default_factory=list)  # segments the EMA left alone
+    skipped: list[str] = field(default_factory=list)  # segments the EMA left alone although
+    #                                                    θq differed from θk there
     fits_law: bool = True  # with the run's m, all segments, the θq the order uses
 
 
@@ -140,6 +141,26 @@ def _segment_mask(
         else:
             moved[piece] = True
     return moved, still
+
+
+def _skipped(
+    u: KeyUpdate, still: Sequence[str], segments: Sequence[tuple[str, slice]], eps: float
+) -> list[str]:
+    """The ``still`` segments the EMA should have moved: where θq (current and stale alike)
+    differs from θk by more than rounding. A parameter whose gradient is zero — a conv bias
+    under BatchNorm — keeps θq = θk, and the EMA leaves it alone by law."""
+    pieces = dict(segments)
+    skipped = []
+    for name in still:
+        piece = pieces[name]
+        if piece.stop <= piece.start:
+            continue
+        noise = NOISE_ULPS * eps * max(float(u.before[piece].abs().max()), 1e-30)
+        gaps = [float((target[piece] - u.before[piece]).abs().max())
+                for target in (u.current, u.stale)]
+        if min(gaps) > noise:
+            skipped.append(name)
+    return skipped
 
 
 def analyse_key_updates(
@@ -195,7 +216,7 @@ def _analyse_key_updates(updates, segments, eps) -> EmaAnalysis:
                 fits_stale=fit["stale"][0],
                 residual_current=fit["current"][1],
                 residual_stale=fit["stale"][1],
-                skipped=still if changed else [],
+                skipped=_skipped(u, still, segments, eps) if changed else [],
             )
         )
 
