@@ -8,6 +8,7 @@ from moco_ref.contrastive import (
     info_nce_loss,
     positive_labels,
     same_source_mask,
+    same_source_pairs,
 )
 from moco_ref.momentum import momentum_update
 from moco_ref.queue import KeyQueue
@@ -30,4 +31,5 @@ __all__ = [
     "positive_labels",
     "projection_of",
     "same_source_mask",
+    "same_source_pairs",
 ]

@@ -8,6 +8,8 @@ because the caller enqueues them only after the loss.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -20,9 +22,28 @@ from moco_ref._validation import (
 )
 
 
+def same_source_pairs(
+    ids: torch.Tensor, queue_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows, cols)``: query ``rows[i]`` and queue entry ``cols[i]`` came from the same image.
+
+    The queue ids are sorted once and each query's id is looked up by binary search, so the
+    cost is O(n log n + B log n + collisions) rather than a ``[B, n]`` comparison.
+    """
+    order = torch.argsort(queue_ids)  # [n]
+    ordered = queue_ids[order]
+    first = torch.searchsorted(ordered, ids)  # [B]
+    count = torch.searchsorted(ordered, ids, right=True) - first  # [B] collisions per query
+    rows = torch.repeat_interleave(torch.arange(len(ids), device=ids.device), count)  # [p]
+    run_start = torch.repeat_interleave(first - (torch.cumsum(count, 0) - count), count)
+    return rows, order[run_start + torch.arange(len(rows), device=ids.device)]
+
+
 def same_source_mask(ids: torch.Tensor, queue_ids: torch.Tensor) -> torch.Tensor:
     """``[B, n]`` boolean: True where queue entry j came from the same image as query i."""
-    return ids[:, None] == queue_ids[None, :]
+    mask = torch.zeros(len(ids), len(queue_ids), dtype=torch.bool, device=ids.device)
+    mask[same_source_pairs(ids, queue_ids)] = True
+    return mask
 
 
 def contrastive_logits(
@@ -51,7 +72,8 @@ def contrastive_logits(
     if ids is not None:
         ids = require_ids("ids", ids, length=q.shape[0]).to(q.device)
         queue_ids = require_ids("queue_ids", queue_ids, length=queue_keys.shape[0]).to(q.device)
-        negative = negative.masked_fill(same_source_mask(ids, queue_ids), float("-inf"))
+        # in place: the matmul's backward does not need its output
+        negative.index_put_(same_source_pairs(ids, queue_ids), negative.new_tensor(-math.inf))
     return torch.cat([positive, negative], dim=1) / temperature  # [B, 1 + n]
 
 
@@ -73,7 +95,7 @@ def in_batch_logits(
     if ids is not None:
         ids = require_ids("ids", ids, length=q.shape[0]).to(q.device)
         off_diagonal = ~torch.eye(q.shape[0], dtype=torch.bool, device=q.device)
-        logits = logits.masked_fill(same_source_mask(ids, ids) & off_diagonal, float("-inf"))
+        logits = logits.masked_fill(same_source_mask(ids, ids) & off_diagonal, -math.inf)
     return logits, labels
 
 

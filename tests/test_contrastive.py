@@ -113,3 +113,15 @@ def test_logits_reject_bad_input(change, error, needle):
 def test_loss_rejects_nan_logits():
     with pytest.raises(ValueError, match="NaN"):
         info_nce_loss(torch.tensor([[float("nan"), 0.0]]))
+
+
+@given(st.lists(st.integers(0, 6), max_size=8), st.lists(st.integers(0, 6), max_size=30))
+def test_same_source_pairs_are_exactly_the_equal_ids(ids, queue_ids):
+    """The pairs the mask uses are every (i, j) with ids[i] == queue_ids[j], found by a
+    plain double loop here."""
+    from moco_ref import same_source_pairs
+
+    rows, cols = same_source_pairs(torch.tensor(ids, dtype=torch.long),
+                                   torch.tensor(queue_ids, dtype=torch.long))
+    expected = sorted((i, j) for i, a in enumerate(ids) for j, b in enumerate(queue_ids) if a == b)
+    assert sorted(zip(rows.tolist(), cols.tolist())) == expected
