@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 
@@ -32,11 +31,10 @@ def run_record(args: argparse.Namespace) -> int:
     from moco_ref.grading import runner
 
     options = GradeOptions(style=args.style, seed=args.seed, timeout=args.timeout)
-    with tempfile.TemporaryDirectory(prefix="moco-ref-record-") as scratch:
-        run = runner._run_worker(args.target, options, Path(scratch))
-    record = run.record or {}
-    if not record.get("gradable"):
-        why = record.get("traceback") or runner._why_no_record(run, options)
+    record = runner.observe_sandboxed(args.target, options)
+    if not record.get("gradable") or record.get("missing"):
+        why = record.get("traceback") or "; ".join(
+            f"{part}: {reason}" for part, reason in record.get("missing", {}).items())
         print(f"moco-ref record: {args.target} could not be observed:\n{why}", file=sys.stderr)
         return 1
     trajectory = refactor_guard.trajectory_from_observations(

@@ -236,7 +236,9 @@ def test_strip_ipython_keeps_blocks_and_plain_python():
     ],
 )
 def test_worker_turns_failures_into_not_gradable_records(tmp_path, source, stage, expected):
-    record = observe_submission(write(tmp_path, "sub.py", source), GradeOptions())
+    frames = observe_submission(write(tmp_path, "sub.py", source), GradeOptions())
+    record = frames["result"]
+    assert frames["stage"] is None and frames["parts"] == {}
     assert record["gradable"] is False and record["stage"] == stage
     assert expected in record["traceback"]
     assert "moco_ref/grading/loader.py" not in record["traceback"]  # only the submission's side
@@ -244,10 +246,13 @@ def test_worker_turns_failures_into_not_gradable_records(tmp_path, source, stage
 
 @pytest.mark.usefixtures("stubbed")
 def test_worker_record_holds_plain_observations(tmp_path):
-    record = observe_submission(write(tmp_path, "sub.py", GOOD_WARMUP), GradeOptions(seed=7))
-    assert record["gradable"] and record["style"] == "lab"
-    assert record["observations"]["seed"] == 7
-    assert torch.equal(record["observations"]["probe"], torch.arange(3.0))
+    frames = observe_submission(write(tmp_path, "sub.py", GOOD_WARMUP), GradeOptions(seed=7))
+    assert frames["result"]["gradable"] and frames["result"]["style"] == "lab"
+    assert frames["stage"]["parts"] == ["moco_warmup", "train_moco"]
+    warmup, training = frames["parts"]["moco_warmup"], frames["parts"]["train_moco"]
+    assert warmup["data"]["result"]["FIFO"] == ["c", "d", "e", "f"]
+    assert warmup["meta"]["probe"]["seed"] == 7  # the record's shared entries travel along
+    assert training["data"] == {"defined": False, "error": "not observed by the stand-in"}
 
 
 def test_plain_data_converts_or_refuses():

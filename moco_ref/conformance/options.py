@@ -20,6 +20,8 @@ class GradeOptions:
     execute_all_cells: bool = False  # notebooks: run every cell instead of definitions only
     timeout: float = 60.0  # wall-clock seconds for the whole submission
     memory_mb: int = 4096
+    check_timeout: float | None = 30.0  # seconds for each observed part (None: no own limit)
+    allow_reference_import: bool = False  # may the submission import moco_ref?
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -8,7 +8,10 @@ gradable never does); 2 for usage errors (a missing path, a ``--check`` that nam
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+from pathlib import Path
 
 from moco_ref.conformance.options import STYLES, GradeOptions
 
@@ -37,10 +40,28 @@ def _add_grade(subparsers) -> None:
     parser.add_argument("--style", choices=STYLES, help="skip style detection")
     output = parser.add_argument_group("output")
     output.add_argument("--json", action="store_true", help="print JSON to stdout, no table")
-    output.add_argument("--junit", metavar="FILE", help="also write JUnit XML")
     output.add_argument(
-        "--gradescope", metavar="FILE", help="also write Gradescope results.json (one PATH)"
+        "--junit", metavar="FILE", nargs="?", const="",
+        help="also write JUnit XML: to FILE (all submissions), or without FILE one file per "
+        "submission in --out",
     )
+    output.add_argument(
+        "--gradescope", metavar="FILE", nargs="?", const="",
+        help="also write Gradescope results.json: to FILE (one submission), or without FILE "
+        "one file per submission in --out",
+    )
+    batch = parser.add_argument_group(
+        "batch grading",
+        "A folder PATH (or --out/--shard) grades in batch: a progress bar, one report per "
+        "submission and summary.csv/summary.json in --out, a cache of unchanged submissions.",
+    )
+    batch.add_argument("--out", metavar="DIR",
+                       help="where reports and summaries go (default: grading-reports/)")
+    batch.add_argument("--shard", metavar="I/N",
+                       help="grade only shard I of N (a stable hash of each submission's "
+                       "relative path), e.g. for CI matrix jobs")
+    batch.add_argument("--force", action="store_true",
+                       help="grade again even submissions the cache in --out has seen")
     output.add_argument(
         "--min-score",
         metavar="X",
@@ -84,6 +105,28 @@ def _add_run_options(parser) -> None:
         "%(default)s)",
     )
     running.add_argument(
+        "--check-timeout",
+        type=float,
+        default=GradeOptions.check_timeout,
+        metavar="S",
+        help="wall-clock seconds for each observed part (moco_warmup, train_moco, each "
+        "component); one that runs out reports its checks 'timeout' and the rest is observed "
+        "in a fresh process (default %(default)s; 0 = only --timeout)",
+    )
+    running.add_argument(
+        "--allow-reference-import",
+        action="store_true",
+        help="let submissions import moco_ref (refused by default: it would let a submission "
+        "hand its work to the reference)",
+    )
+    running.add_argument(
+        "--isolation",
+        choices=("auto", "namespaces", "processes"),
+        default=None,
+        help="auto (default): Linux namespaces where available (no network, read-only file "
+        "system, a PID namespace), else processes only; namespaces: require them",
+    )
+    running.add_argument(
         "--execute-all-cells",
         action="store_true",
         help="notebooks: run every cell, not only imports and definitions",
@@ -105,7 +148,16 @@ def _options_from(args: argparse.Namespace) -> GradeOptions:
         execute_all_cells=args.execute_all_cells,
         timeout=args.timeout,
         memory_mb=args.memory_mb,
+        check_timeout=args.check_timeout or None,
+        allow_reference_import=args.allow_reference_import,
     )
+
+
+def _apply_isolation(args: argparse.Namespace) -> None:
+    if getattr(args, "isolation", None):
+        from moco_ref.grading.runner import ISOLATION_VARIABLE
+
+        os.environ[ISOLATION_VARIABLE] = args.isolation
 
 
 def _usage_error(message: str) -> int:
@@ -124,6 +176,10 @@ def _unknown_checks(selected: tuple[str, ...]) -> list[str]:
     return [part for part in selected if not any(part in check_id for check_id in known)]
 
 
+def _is_batch(args: argparse.Namespace) -> bool:
+    return bool(args.out or args.shard or any(Path(p).is_dir() for p in args.paths))
+
+
 def run_grade(args: argparse.Namespace) -> int:
     from moco_ref.grading.loader import TargetError, expand_targets
     from moco_ref.grading.reports import print_reports, to_json, write_gradescope, write_junit
@@ -134,18 +190,24 @@ def run_grade(args: argparse.Namespace) -> int:
         minimum = MinScore.parse(args.min_score) if args.min_score else MinScore()
     except ValueError as exc:
         return _usage_error(f"--min-score: {exc}")
-    if args.timeout <= 0 or args.jobs < 1:
-        return _usage_error("--timeout must be > 0 and --jobs ≥ 1")
-    try:
-        targets = expand_targets(args.paths)
-    except TargetError as exc:
-        return _usage_error(str(exc))
-    if args.gradescope and len(targets) != 1:
-        return _usage_error(f"--gradescope writes one submission's results; got {len(targets)}")
+    if args.timeout <= 0 or args.jobs < 1 or (args.check_timeout or 0) < 0:
+        return _usage_error("--timeout must be > 0, --check-timeout ≥ 0 and --jobs ≥ 1")
+    _apply_isolation(args)
     options = _options_from(args)
     unknown = _unknown_checks(options.checks)
     if unknown:
         return _usage_error(f"--check {' '.join(unknown)} matches no check id")
+    if _is_batch(args):
+        return _run_batch(args, options, minimum)
+    try:
+        targets = expand_targets(args.paths)
+    except TargetError as exc:
+        return _usage_error(str(exc))
+    if args.gradescope is not None and len(targets) != 1:
+        return _usage_error(f"--gradescope writes one submission's results; got {len(targets)}")
+    if args.gradescope == "" or args.junit == "":
+        return _usage_error("--gradescope/--junit without FILE write one file per submission "
+                            "into --out (batch grading): give a FILE or --out DIR")
 
     progress = None if args.json or len(targets) == 1 else _progress_printer(len(targets))
     reports = grade_many(targets, options, jobs=args.jobs, on_report=progress)
@@ -160,6 +222,91 @@ def run_grade(args: argparse.Namespace) -> int:
     if args.gradescope:
         write_gradescope(reports[0], args.gradescope, options)
     return EXIT_OK if all(passed) else EXIT_BELOW
+
+
+def _run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
+    from moco_ref.grading.batch import (
+        DEFAULT_OUT,
+        Progress,
+        grade_folder,
+        parse_shard,
+        summary_stem,
+    )
+    from moco_ref.grading.loader import TargetError
+    from moco_ref.grading.reports import dumps_strict, write_junit
+    from moco_ref.grading.scoring import meets
+
+    try:
+        shard = parse_shard(args.shard) if args.shard else None
+    except ValueError as exc:
+        return _usage_error(str(exc))
+    if args.gradescope:
+        return _usage_error("in batch grading --gradescope takes no FILE: one results file per "
+                            "submission goes into --out")
+    out = Path(args.out or DEFAULT_OUT)
+    progress = Progress()
+    try:
+        result = grade_folder(
+            args.paths, options, out=out, jobs=args.jobs, shard=shard, force=args.force,
+            gradescope=args.gradescope is not None, junit=args.junit == "",
+            on_start=progress.start, on_done=progress.advance,
+        )
+    except TargetError as exc:
+        return _usage_error(str(exc))
+    finally:
+        progress.stop()
+    reports = [outcome.report for outcome in result.outcomes]
+    if args.junit:
+        write_junit(reports, args.junit, options)
+    passed = [meets(report, minimum) for report in reports]
+    stem = summary_stem(shard)
+    if args.json:
+        print(dumps_strict(json.loads((out / f"{stem}.json").read_text(encoding="utf-8"))))
+    else:
+        _print_batch_table(result)
+        graded = sum(not outcome.cached for outcome in result.outcomes)
+        print(f"{len(reports)} submission(s) ({graded} graded, {len(reports) - graded} from the "
+              f"cache) in {result.wall_seconds:.1f} s; reports and {stem}.csv/{stem}.json in "
+              f"{out}/" + (f"; shard {args.shard} left out {result.skipped_by_shard}"
+                           if shard else ""))
+        names = [outcome.target.name for outcome in result.outcomes]
+        below = [name for name, ok in zip(names, passed, strict=True) if not ok]
+        if not below:
+            print(f"all {len(reports)} submission(s) reach {minimum.describe()}")
+        else:
+            shown = ", ".join(below[:10]) + (f" and {len(below) - 10} more"
+                                             if len(below) > 10 else "")
+            print(f"{len(below)} of {len(reports)} submission(s) below {minimum.describe()}: "
+                  + shown)
+    return EXIT_OK if all(passed) else EXIT_BELOW
+
+
+def _print_batch_table(result) -> None:
+    from moco_ref.grading.batch import summary_rows
+
+    rows = summary_rows(result.outcomes)
+    cells = [(row["submission"],
+              f"{row['score']:g}/{row['max_score']:g}" if row["gradable"] else "not gradable",
+              ", ".join(row["failed_checks"]) or "–",
+              "cached" if row["cached"] else f"{row['wall_seconds']:.1f} s") for row in rows]
+    headers = ("submission", "score", "failed checks", "time")
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+    except ImportError:
+        for row in (headers, *cells):
+            print("  ".join(row))
+        return
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=160)
+    table = Table(title="moco-ref grade: summary")
+    for header in headers:
+        table.add_column(header, no_wrap=header != "failed checks")
+    for row in cells:
+        table.add_row(*(Text(cell) for cell in row))
+    console.print(table)
 
 
 def _progress_printer(total: int):
@@ -213,6 +360,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
 
     if args.timeout <= 0 or args.jobs < 1:
         return _usage_error("--timeout must be > 0 and --jobs ≥ 1")
+    _apply_isolation(args)
     try:
         manifest = find_manifest(args.manifest)
         examples = load_manifest(manifest)

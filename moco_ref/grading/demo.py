@@ -36,6 +36,9 @@ class Example:
     expected_failed_families: tuple[str, ...]
     bug: str = ""
     expect_gradable: bool = True
+    options: tuple[tuple[str, object], ...] = ()  # GradeOptions overrides (e.g. a short timeout)
+    not_passed_status: str | None = None  # every check that does not pass has this status
+    score_at_most: float | None = None  # tampering must not earn more than the honest run
 
     @property
     def expected_text(self) -> str:
@@ -60,6 +63,13 @@ class DemoOutcome:
             return has_full_marks(report)
         failed = failed_families(report)
         if not report.gradable or not failed:
+            return False
+        if example.score_at_most is not None and report.score > example.score_at_most + 1e-9:
+            return False
+        if example.not_passed_status is not None and any(
+            result.status.value != example.not_passed_status
+            for result in report.results if result.status in NOT_PASSED
+        ):
             return False
         expected = set(example.expected_failed_families)
         return not expected or set(failed) == expected
@@ -114,6 +124,9 @@ def load_manifest(path: Path) -> list[Example]:
                     expected_failed_families=tuple(entry.get("expected_failed_families", ())),
                     bug=entry.get("bug", ""),
                     expect_gradable=bool(entry.get("expect_gradable", True)),
+                    options=tuple(sorted(dict(entry.get("options") or {}).items())),
+                    not_passed_status=entry.get("not_passed_status"),
+                    score_at_most=entry.get("score_at_most"),
                 )
             )
         except (KeyError, TypeError) as exc:
@@ -130,7 +143,8 @@ def run_demo(
     examples: list[Example], options: GradeOptions, *, jobs: int = 2, on_report=None
 ) -> list[DemoOutcome]:
     tasks = [
-        (str(example.path), GradeOptions.from_dict({**options.to_dict(), "style": example.style}))
+        (str(example.path), GradeOptions.from_dict(
+            {**options.to_dict(), "style": example.style, **dict(example.options)}))
         for example in examples
     ]
     reports = grade_tasks(tasks, jobs=jobs, on_report=on_report)

@@ -70,10 +70,14 @@ def rerun_command(submission: str, check_id: str, options: GradeOptions | None =
         ("--seed", "seed"),
         ("--timeout", "timeout"),
         ("--memory-mb", "memory_mb"),
+        ("--check-timeout", "check_timeout"),
     ):
         value = getattr(options, name)
         if value != getattr(default, name):
+            value = 0 if value is None else value  # --check-timeout 0: no limit of its own
             parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if options.execute_all_cells:
         parts.append("--execute-all-cells")
+    if options.allow_reference_import:
+        parts.append("--allow-reference-import")
     return shlex.join(parts)

@@ -1,18 +1,19 @@
-"""The submission's side of grading, run in a process of its own by the runner:
+"""The submission's side of grading, run in a process of its own (forked by the ``zygote``).
 
-    python -m moco_ref.grading.worker --target PATH --output FILE --options JSON
+``run_job`` loads the submission, settles its style, lets the harness observe it part by
+part (``parts``) and sends everything to the grader as frames on the observation channel
+(``channel``): a ``STAGE`` frame once the submission is loaded, then for each part a
+``PART_START`` frame and a ``PART`` frame holding only data — tensors, numbers, strings,
+lists, dicts — and a closing ``RESULT``. Anything the submission raises, including
+``SystemExit`` and ``KeyboardInterrupt``, becomes data: at load time a "not gradable" result
+with the traceback, during a part that part's failure.
 
-It loads the submission, settles its style, lets the harness observe it, and saves a record
-(``torch.save``) holding only data — tensors, numbers, strings, lists, dicts — for the grader's
-process to judge. Anything the submission raises, including ``SystemExit`` at import, becomes a
-"not gradable" record with the traceback. Before observing it leaves a small progress file, so
-the runner can tell a timeout while loading from a timeout while being observed.
+Before the submission's code runs, everything the observer needs is already imported and
+the reference-import guard (``guard``) is installed unless the options allow the import.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -21,65 +22,99 @@ from pathlib import Path
 
 import torch
 
+# Imported here, before any submission code runs (the zygote preloads this module), so a
+# submission cannot stand in for them and the reference-import guard need not let them in.
+from moco_ref.conformance import observe as _observe  # noqa: F401
+from moco_ref.conformance import registry as _registry  # noqa: F401
 from moco_ref.conformance.options import GradeOptions
+from moco_ref.grading import parts as parts_module
+from moco_ref.grading.channel import PART, PART_START, RESULT, STAGE, FrameWriter
 from moco_ref.grading.loader import SUBMISSION_MODULE_NAME, is_module_target, load_submission
 
-RECORD_FORMAT = 1
-PROGRESS_FILE_NAME = "progress.json"
+RECORD_FORMAT = 2
 _GRADER_DIR = str(Path(__file__).resolve().parent)
 
 
-def observe_submission(
-    target: str, options: GradeOptions, *, progress: Path | None = None
-) -> dict:
-    """Load, detect the style, observe. Never raises: failures become a not-gradable record."""
-    timings: dict[str, float] = {}
-    try:
-        # Imported before any submission code runs, so a submission cannot stand in for them.
-        from moco_ref.conformance.observe import observe
-        from moco_ref.conformance.registry import detect_style
-    except BaseException as exc:  # noqa: BLE001 - reported, never raised
-        return _not_gradable("grader", options.style, [], _internal_error(exc), timings)
+class _Collector:
+    """A stand-in ``FrameWriter`` that keeps frames in memory (``observe_submission``)."""
 
+    def __init__(self) -> None:
+        self.frames: list[tuple[int, object]] = []
+
+    def send(self, kind: int, payload) -> None:
+        self.frames.append((kind, payload))
+
+
+def observe_streaming(target: str, options: GradeOptions, writer, *,
+                      only_parts: list[str] | None = None, guard=None) -> None:
+    """Load, detect the style, observe each part, sending frames to ``writer`` as it goes.
+    Never raises: failures become frames."""
+    # Imported before any submission code runs, so a submission cannot stand in for them.
+    from moco_ref.conformance.registry import detect_style
+
+    timings: dict[str, float] = {}
     stage, style, notes = "load", options.style, []
     try:
         started = time.perf_counter()
         loaded = load_submission(target, execute_all_cells=options.execute_all_cells)
-        notes = loaded.notes
+        notes = list(loaded.notes)
         timings["load"] = time.perf_counter() - started
         stage = "detect"
         if style is None:
             style = detect_style(loaded.namespace)
-        stage = "observe"
-        _write_progress(progress, stage, style, notes)
-        started = time.perf_counter()
-        observations = plain_data(observe(loaded.namespace, style, options))
-        timings["observe"] = time.perf_counter() - started
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
-        return _not_gradable(stage, style, notes, submission_traceback(exc), timings)
-    return {
-        "format": RECORD_FORMAT,
-        "gradable": True,
-        "stage": "observed",
-        "style": style,
-        "notes": notes,
-        "observations": observations,
-        "traceback": "",
-        "timings": timings,
-    }
+        writer.send(RESULT, _result(False, stage, style, notes, submission_traceback(exc),
+                                    timings, guard))
+        return
+    planned = parts_module.part_names(style)
+    todo = [name for name in planned if only_parts is None or name in only_parts]
+    writer.send(STAGE, {"stage": "observe", "style": style, "notes": notes, "parts": planned,
+                        "defined": parts_module.entry_points_defined(loaded.namespace, style)})
+    for name in todo:
+        writer.send(PART_START, {"part": name})
+        started = time.perf_counter()
+        try:
+            entry, rest = parts_module.observe_part(loaded.namespace, style, name, options)
+            payload = {"part": name, "data": plain_data(entry), "meta": plain_data(rest)}
+        except BaseException as exc:  # noqa: BLE001 - the part's failure is data
+            payload = {"part": name, "failed": submission_traceback(exc)[-8000:]}
+        timings[name] = time.perf_counter() - started
+        try:
+            writer.send(PART, payload)
+        except Exception as exc:  # noqa: BLE001 - e.g. observations torch cannot save
+            writer.send(PART, {"part": name, "failed": "the observations could not be sent:\n"
+                               + submission_traceback(exc)[-8000:]})
+    writer.send(RESULT, _result(True, "observed", style, notes, "", timings, guard))
 
 
-def _not_gradable(stage: str, style, notes: list, trace: str, timings: dict) -> dict:
+def _result(gradable: bool, stage: str, style, notes: list, trace: str, timings: dict,
+            guard) -> dict:
     return {
         "format": RECORD_FORMAT,
-        "gradable": False,
+        "gradable": gradable,
         "stage": stage,
         "style": style,
-        "notes": list(notes),
-        "observations": {},
+        "notes": [str(note) for note in notes],
         "traceback": trace,
-        "timings": timings,
+        "timings": {key: float(value) for key, value in timings.items()},
+        "refused_imports": list(getattr(guard, "refused", [])),
     }
+
+
+def observe_submission(target: str, options: GradeOptions) -> dict:
+    """In this process (no isolation, for debugging and tests): the frames ``run_job`` would
+    send, as ``{"result", "stage", "parts": {name: payload}}``."""
+    collector = _Collector()
+    observe_streaming(target, options, collector)
+    out: dict = {"parts": {}, "stage": None, "result": None}
+    for kind, payload in collector.frames:
+        if kind == STAGE:
+            out["stage"] = payload
+        elif kind == PART:
+            out["parts"][payload["part"]] = payload
+        elif kind == RESULT:
+            out["result"] = payload
+    return out
 
 
 # --------------------------------------------------------------------------- data only
@@ -139,27 +174,7 @@ def _is_loading_frame(filename: str) -> bool:
     return filename.startswith(_GRADER_DIR) or filename.startswith("<frozen ")
 
 
-def _internal_error(exc: BaseException) -> str:
-    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return f"moco-ref internal error: the observing side could not be imported\n{trace}"
-
-
-# --------------------------------------------------------------------------- files
-
-
-def _write_progress(path: Path | None, stage: str, style, notes: list) -> None:
-    if path is None:
-        return
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps({"stage": stage, "style": style, "notes": notes}))
-    os.replace(temporary, path)
-
-
-def write_record(path: Path, record: dict) -> None:
-    """Atomically: the runner never reads a half-written record."""
-    temporary = path.with_name(path.name + ".tmp")
-    torch.save(record, temporary)
-    os.replace(temporary, path)
+# --------------------------------------------------------------------------- the job
 
 
 def _prepare_import_path(target: str, import_root: str | None) -> None:
@@ -172,35 +187,32 @@ def _prepare_import_path(target: str, import_root: str | None) -> None:
         sys.path.insert(0, str(Path(target).resolve().parent))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moco_ref.grading.worker")
-    parser.add_argument("--target", required=True, help="a .py file, a .ipynb or a module path")
-    parser.add_argument("--output", required=True, help="where to save the record")
-    parser.add_argument("--options", default="{}", help="GradeOptions as JSON")
-    parser.add_argument("--import-root", default=None, help="folder a module path imports from")
-    args = parser.parse_args(argv)
-    options = GradeOptions.from_dict(json.loads(args.options))
-    output = Path(args.output)
+def run_job(request: dict, channel_fd: int) -> None:
+    """Observe the submission the request names and exit the process (never returns).
+
+    ``request``: ``target``, ``options`` (``GradeOptions.to_dict()``), ``import_root``,
+    ``nonce`` (hex), ``parts`` (names to observe, or None for all).
+    """
+    writer = FrameWriter(channel_fd, bytes.fromhex(request["nonce"]))
+    options = GradeOptions.from_dict(request["options"])
     sys.argv = [SUBMISSION_MODULE_NAME]  # the submission does not see the grader's arguments
     torch.set_num_threads(1)  # same arithmetic whatever the parallelism of the grader
-    _prepare_import_path(args.target, args.import_root)
-    record = observe_submission(
-        args.target, options, progress=output.with_name(PROGRESS_FILE_NAME)
-    )
+    _prepare_import_path(request["target"], request.get("import_root"))
+    guard = None
+    if not options.allow_reference_import:
+        from moco_ref.grading.guard import install
+
+        guard = install()
+    code = 0
     try:
-        write_record(output, record)
-    except Exception as exc:  # noqa: BLE001 - e.g. observations that torch cannot save
-        write_record(output, _not_gradable("save", record["style"], record["notes"],
-                                           submission_traceback(exc), record["timings"]))
-    return 0
-
-
-if __name__ == "__main__":
-    exit_code = main()
+        observe_streaming(request["target"], options, writer, only_parts=request.get("parts"),
+                          guard=guard)
+    except BaseException:  # noqa: BLE001 - e.g. the channel was closed under us
+        code = 70
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # noqa: BLE001 - the submission may have closed or replaced it
             pass
     # Straight out: threads or atexit hooks the submission left behind cannot hold us here.
-    os._exit(exit_code)
+    os._exit(code)

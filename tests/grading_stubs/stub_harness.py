@@ -12,6 +12,10 @@ import sys
 import types
 from dataclasses import dataclass
 
+# At import (before the worker's reference-import guard is installed): this module is not
+# part of moco_ref, so the guard would refuse it later, as it refuses a submission.
+from moco_ref.conformance.strategies import default_lab_probe
+
 
 @dataclass(frozen=True)
 class CheckSpec:
@@ -41,40 +45,48 @@ def detect_style(namespace: dict) -> str:
 
 
 def observe(namespace: dict, style: str, options) -> dict:
-    import torch
-
+    """A record in the real ``lab`` shape: the probe, ``moco_warmup``'s result, and a
+    ``train_moco`` entry that says it was not run (the stand-in judges the warm-up only)."""
+    record = {"probe": default_lab_probe(options.seed).to_dict(),
+              "train_moco": {"defined": False, "error": "not observed by the stand-in"}}
+    function = namespace.get("moco_warmup")
+    if function is None:
+        record["moco_warmup"] = {"defined": False, "error": "moco_warmup is not defined",
+                                 "result": None}
+        return record
     try:
-        warmup = namespace["moco_warmup"]()
+        record["moco_warmup"] = {"defined": True, "error": None, "result": function()}
     except Exception as exc:  # noqa: BLE001 - recorded, judged as an error
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    return {"warmup": warmup, "probe": torch.arange(3.0), "seed": options.seed}
+        record["moco_warmup"] = {"defined": True, "error": f"{type(exc).__name__}: {exc}",
+                                 "result": None}
+    return record
 
 
 def judge(observations: dict, style: str, options):
     from moco_ref.conformance.results import CheckResult, Status
 
+    warmup = observations.get("moco_warmup") or {}
     results = []
     for spec in SPECS:
         if not options.selects(spec.check_id):
             continue
         if style not in spec.styles:
             status, message = Status.NOT_APPLICABLE, f"does not apply to style {style}"
-        elif "error" in observations:
-            status, message = Status.ERROR, f"moco_warmup raised {observations['error']}"
+        elif warmup.get("error"):
+            status, message = Status.ERROR, f"moco_warmup raised {warmup['error']}"
         elif spec.check_id.startswith("W1"):
-            fifo = observations["warmup"]["FIFO"]
+            fifo = warmup["result"]["FIFO"]
             ok = fifo == ["c", "d", "e", "f"]
             status = Status.PASSED if ok else Status.FAILED
             message = "" if ok else f"queue kept the oldest: expected ['c','d','e','f'], got {fifo}"
         else:
-            ema = observations["warmup"]["EMA"]
+            ema = warmup["result"]["EMA"]
             ok = all(abs(a - b) < 1e-9 for a, b in zip(ema, [0.2, 2.2], strict=True))
             status = Status.PASSED if ok else Status.FAILED
             message = "" if ok else f"EMA expected [0.2, 2.2], got {ema}"
         results.append(
             CheckResult(spec.check_id, spec.title, spec.family, spec.points, status, message)
         )
-    assert observations.get("probe") is None or observations["probe"].tolist() == [0, 1, 2]
     return results, {"m": 0.9, "capacity": 4, "order": "lab"}
 
 

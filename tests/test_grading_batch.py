@@ -1,0 +1,148 @@
+"""Batch grading: a folder in parallel, one report per submission, summaries, deterministic
+shards, a cache of unchanged submissions, and reports that are the same every time."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from grading_stubs.fixtures import BAD_FIFO_WARMUP, GOOD_WARMUP, stubbed, write  # noqa: F401
+
+from moco_ref.cli import main
+from moco_ref.conformance.options import GradeOptions
+from moco_ref.grading.batch import (
+    cache_key,
+    comparable,
+    find_targets,
+    grade_folder,
+    parse_shard,
+    shard_of,
+)
+from moco_ref.grading.loader import TargetError
+from moco_ref.grading.runner import grade_submission
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "submissions"
+
+
+@pytest.fixture
+def folder(tmp_path):
+    root = tmp_path / "class"
+    (root / "group-b").mkdir(parents=True)
+    write(root, "alice.py", GOOD_WARMUP)
+    write(root, "bob.py", BAD_FIFO_WARMUP)
+    write(root / "group-b", "carol.py", GOOD_WARMUP)
+    write(root, "_helper.py", "X = 1")  # private: not a submission
+    (root / ".ipynb_checkpoints").mkdir()
+    write(root / ".ipynb_checkpoints", "alice-checkpoint.py", GOOD_WARMUP)
+    return root
+
+
+def test_targets_are_found_recursively_with_stable_names(folder):
+    names = [target.name for target in find_targets([folder])]
+    assert names == ["alice.py", "bob.py", "group-b/carol.py"]
+    empty = folder.parent / "empty"
+    empty.mkdir()
+    write(empty, "README.md", "no submissions here")
+    with pytest.raises(TargetError, match="no submissions"):
+        find_targets([empty])
+
+
+def test_shards_partition_deterministically():
+    names = [f"student{i:03d}/moco.ipynb" for i in range(200)]
+    shards = [shard_of(name, 4) for name in names]
+    assert shards == [shard_of(name, 4) for name in reversed(names)][::-1]  # order-free
+    assert set(shards) == {1, 2, 3, 4} and min(shards.count(s) for s in range(1, 5)) > 30
+    assert shard_of("alice.py", 4) == 1 + int.from_bytes(
+        __import__("hashlib").sha256(b"alice.py").digest()[:8], "big") % 4  # documented rule
+    assert parse_shard("2/5") == (2, 5)
+    for bad in ("0/5", "6/5", "x", "1/0"):
+        with pytest.raises(ValueError):
+            parse_shard(bad)
+
+
+@pytest.mark.usefixtures("stubbed")
+def test_a_folder_is_graded_into_reports_and_summaries(folder, tmp_path):
+    out = tmp_path / "reports"
+    seen = []
+    result = grade_folder([folder], GradeOptions(), out=out, jobs=2, gradescope=True,
+                          junit=True, on_done=seen.append)
+    assert sorted(outcome.target.name for outcome in seen) == [
+        "alice.py", "bob.py", "group-b/carol.py"]
+    assert [o.report.score for o in result.outcomes] == [3, 2, 3]
+    files = sorted(path.name for path in out.iterdir() if path.is_file())
+    for stem in ("alice.py", "bob.py", "group-b__carol.py"):
+        assert {f"{stem}.json", f"{stem}.gradescope.json", f"{stem}.junit.xml"} <= set(files)
+    report = json.loads((out / "bob.py.json").read_text())["reports"][0]
+    assert report["score"] == 2 and report["results"][0]["status"] == "failed"
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [(r["submission"], r["score"], r["max_score"], r["failed_checks"]) for r in rows] == [
+        ("alice.py", "3.0", "3.0", ""), ("bob.py", "2.0", "3.0", "W1-warmup-fifo"),
+        ("group-b/carol.py", "3.0", "3.0", "")]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["graded"] == 3 and summary["cached"] == 0 and summary["isolation"]
+    assert all(row["wall_seconds"] > 0 for row in summary["submissions"])
+
+
+@pytest.mark.usefixtures("stubbed")
+def test_unchanged_submissions_come_from_the_cache(folder, tmp_path):
+    out, options = tmp_path / "reports", GradeOptions()
+    first = grade_folder([folder], options, out=out, jobs=2)
+    again = grade_folder([folder], options, out=out, jobs=2)
+    assert [o.cached for o in again.outcomes] == [True, True, True]
+    assert [comparable(o.report) for o in again.outcomes] == [
+        comparable(o.report) for o in first.outcomes]
+    write(folder, "bob.py", GOOD_WARMUP)  # bob fixes his bug
+    changed = grade_folder([folder], options, out=out, jobs=2)
+    assert [o.cached for o in changed.outcomes] == [True, False, True]
+    assert changed.outcomes[1].report.score == 3
+    forced = grade_folder([folder], options, out=out, jobs=2, force=True)
+    assert not any(o.cached for o in forced.outcomes)
+    other = grade_folder([folder], GradeOptions(seed=3), out=out, jobs=2)  # options are in the key
+    assert not any(o.cached for o in other.outcomes)
+
+
+def test_the_cache_key_names_content_options_and_grader(folder):
+    target = find_targets([folder])[0]
+    key = cache_key(target, GradeOptions())
+    assert key == cache_key(target, GradeOptions())
+    assert key != cache_key(target, GradeOptions(temperature=0.1))
+    Path(target.path).write_text(GOOD_WARMUP + "\n# edited\n")
+    assert key != cache_key(target, GradeOptions())
+
+
+@pytest.mark.usefixtures("stubbed")
+def test_shards_of_a_folder_grade_each_submission_once(folder, tmp_path):
+    out = tmp_path / "reports"
+    graded = []
+    for index in (1, 2, 3):
+        result = grade_folder([folder], GradeOptions(), out=out, jobs=1, shard=(index, 3))
+        graded += [o.target.name for o in result.outcomes]
+        assert (out / f"summary-{index}-of-3.csv").exists()
+    assert sorted(graded) == ["alice.py", "bob.py", "group-b/carol.py"]
+
+
+@pytest.mark.usefixtures("stubbed")
+def test_grade_command_in_batch(folder, tmp_path, capsys):
+    out = tmp_path / "reports"
+    code = main(["grade", str(folder), "-j", "2", "--out", str(out), "--junit"])
+    assert code == 1  # bob is below full marks
+    printed = capsys.readouterr()
+    assert "3 submission(s) (3 graded, 0 from the cache)" in printed.out
+    assert "1 of 3 submission(s) below full marks: bob.py" in printed.out
+    assert "[3/3]" in printed.err  # progress, one line per submission when not a terminal
+    assert (out / "bob.py.junit.xml").exists() and not (out / "bob.py.gradescope.json").exists()
+    assert main(["grade", str(folder), "--out", str(out), "--json", "--min-score", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["cached"] == 3
+    assert main(["grade", str(folder), "--gradescope", "x.json"]) == 2
+    assert main(["grade", str(folder), "--shard", "4/3"]) == 2
+
+
+def test_reports_are_deterministic_with_the_real_harness():
+    """The same submission, graded twice in fresh processes, gives the same report."""
+    for name in ("correct_lab_order.py", "bug_queue_keeps_oldest.py", "components_correct.py"):
+        first = grade_submission(str(EXAMPLES / name))
+        second = grade_submission(str(EXAMPLES / name))
+        assert first.gradable and comparable(first) == comparable(second), name
