@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from moco_ref.step import MoCoTrainer
+from moco_ref.tolerance import NotComparable, mismatch
 from moco_ref.walk import run_walk
 from moco_ref.warmup import moco_warmup
 
@@ -198,19 +199,6 @@ def _short(value: object, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _worst_error(old: object, new: object) -> tuple[float, float] | None:
-    """(max abs error, max rel error) for numeric values of one shape; None otherwise."""
-    try:
-        a, b = np.asarray(old, dtype=float), np.asarray(new, dtype=float)
-    except (TypeError, ValueError):
-        return None
-    if a.shape != b.shape:
-        return None
-    error = np.abs(a - b)
-    relative = error / np.maximum(np.abs(a), np.finfo(float).tiny)
-    return float(error.max(initial=0.0)), float(relative.max(initial=0.0))
-
-
 def compare_values(name: str, stored: dict, fresh: dict) -> list[Difference]:
     out = []
     for value_name in sorted(set(stored) | set(fresh)):
@@ -223,17 +211,16 @@ def compare_values(name: str, stored: dict, fresh: dict) -> list[Difference]:
             continue
         old, new = stored[value_name], fresh[value_name]
         rtol, atol = old["rtol"], old["atol"]
-        errors = _worst_error(old["value"], new["value"])
-        if errors is None:
+        try:
+            found = mismatch(old["value"], new["value"], rtol, atol)
+        except NotComparable:
+            found = None
             if old["value"] != new["value"]:
                 out.append(Difference(name, value_name, old["value"], new["value"], rtol, atol,
                                       "differs"))
-            continue
-        a = np.asarray(old["value"], dtype=float)
-        b = np.asarray(new["value"], dtype=float)
-        if not np.all(np.abs(a - b) <= atol + rtol * np.abs(a)):
+        if found is not None:
             out.append(Difference(name, value_name, old["value"], new["value"], rtol, atol,
-                                  f"off by {errors[0]:.3g} abs, {errors[1]:.3g} rel"))
+                                  f"off by {found.max_abs:.3g} abs, {found.max_rel:.3g} rel"))
     return out
 
 

@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from moco_ref.conformance.options import GradeOptions
+from moco_ref.tolerance import NotComparable, mismatch
 
 FORMAT = "moco-ref-trajectory/1"
 STEP_QUANTITIES = ("ids", "q", "k", "grad", "loss", "query_params", "key_params")
@@ -96,28 +96,21 @@ class Divergence:
 
 
 def _numeric_difference(a, b, rtol: float, atol: float) -> str | None:
-    """A description of how ``a`` and ``b`` differ beyond tolerance, or None."""
+    """How ``a`` differs from ``b`` beyond tolerance (relative to ``b``), or None."""
     if a is None or b is None:
         return None if a is b else f"one side has no value (A: {_brief(a)}, B: {_brief(b)})"
     try:
-        x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    except (TypeError, ValueError):
+        found = mismatch(b, a, rtol, atol)
+    except NotComparable as reason:
+        if reason.shapes is not None:
+            return f"shapes differ: A {reason.shapes[1]}, B {reason.shapes[0]}"
         return None if a == b else f"A {_brief(a)} != B {_brief(b)}"
-    if x.shape != y.shape:
-        return f"shapes differ: A {list(x.shape)}, B {list(y.shape)}"
-    both_nan = np.isnan(x) & np.isnan(y)
-    error = np.where(both_nan, 0.0, np.abs(x - y))
-    bad = error > atol + rtol * np.abs(y)
-    bad |= np.isnan(x) != np.isnan(y)
-    if not bad.any():
+    if found is None:
         return None
-    where = np.unravel_index(int(np.argmax(np.where(bad, error, -1.0))), x.shape) if x.shape \
-        else ()
-    relative = error / np.maximum(np.abs(y), np.finfo(np.float64).tiny)
-    position = f" at index {list(map(int, where))}" if where else ""
-    return (f"{int(bad.sum())} of {bad.size} values differ; max abs error "
-            f"{float(error.max()):.3g}, max rel error {float(relative[bad].max()):.3g}"
-            f"{position} (A {float(x[where]):.17g}, B {float(y[where]):.17g})")
+    position = f" at index {list(found.index)}" if found.index else ""
+    return (f"{found.count} of {found.size} values differ; max abs error {found.max_abs:.3g}, "
+            f"max rel error {found.max_rel:.3g}{position} "
+            f"(A {found.got:.17g}, B {found.expected:.17g})")
 
 
 def _brief(value) -> str:
