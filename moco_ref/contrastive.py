@@ -34,7 +34,7 @@ def same_source_pairs(
     ordered = queue_ids[order]
     first = torch.searchsorted(ordered, ids)  # [B]
     count = torch.searchsorted(ordered, ids, right=True) - first  # [B] collisions per query
-    rows = torch.repeat_interleave(torch.arange(len(ids), device=ids.device), count)  # [p]
+    rows = torch.repeat_interleave(count)  # [p] the query of each pair, ascending
     run_start = torch.repeat_interleave(first - (torch.cumsum(count, 0) - count), count)
     return rows, order[run_start + torch.arange(len(rows), device=ids.device)]
 

@@ -30,8 +30,9 @@ class KeyQueue:
         self.dim = require_count("dim", dim)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-        self._keys = torch.zeros(self.capacity, self.dim, dtype=dtype, device=device)  # [K, d]
-        self._ids = torch.full((self.capacity,), -1, dtype=torch.int64, device=device)  # [K]
+        # [K, d] and [K]; a slot is read only after it has been written
+        self._keys = torch.empty(self.capacity, self.dim, dtype=dtype, device=device)
+        self._ids = torch.empty(self.capacity, dtype=torch.int64, device=device)
         self._ptr = 0  # slot that the next key is written to (the oldest slot once full)
         self._size = 0
 
@@ -50,6 +51,9 @@ class KeyQueue:
                              f"{ids.dtype} {list(ids.shape)}")
         if not (0 <= ptr < keys.shape[0] and 0 <= size <= keys.shape[0]):
             raise ValueError(f"ptr {ptr} and size {size} must fit capacity {keys.shape[0]}")
+        if size < keys.shape[0] and ptr != size:
+            raise ValueError(f"a queue that is not full fills slots 0..size-1, so ptr must "
+                             f"equal size {size}, got ptr {ptr}")
         queue = cls.__new__(cls)
         queue.capacity, queue.dim = keys.shape
         queue._keys, queue._ids, queue._ptr, queue._size = keys, ids, ptr, size
@@ -103,10 +107,6 @@ class KeyQueue:
         self._ids.index_copy_(0, slots, ids)
         self._ptr = (self._ptr + batch) % self.capacity
         self._size = min(self._size + batch, self.capacity)
-
-    def clear(self) -> None:
-        self._ptr = 0
-        self._size = 0
 
     def _in_arrival_order(self, storage: torch.Tensor) -> torch.Tensor:
         if not self.is_full:

@@ -1,6 +1,7 @@
 """moco_ref.MoCo: a drop-in for the official-style module, with masking and ragged K."""
 
 import importlib.util
+import inspect
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,24 @@ def test_rejects_bad_arguments(kwargs, error):
 def test_lab_order_refuses_a_second_ema():
     with pytest.raises(RuntimeError, match="inside forward"):
         MoCo(TinyConvNet, dim=4, K=4).update_key_encoder()
+
+
+def test_defaults_match_the_official_module():
+    """Drop-in: the positional parameters and their defaults are the official module's;
+    the extras default to the official behaviour (EMA inside forward, shuffled BN)."""
+    ours = inspect.signature(MoCo).parameters
+    theirs = inspect.signature(_official_style()).parameters
+    assert list(ours)[: len(theirs)] == list(theirs)
+    for name, parameter in theirs.items():
+        assert ours[name].default == parameter.default, name
+    assert ours["order"].default == "lab" and ours["shuffle_bn"].default is True
+    assert ours["order"].kind is ours["shuffle_bn"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_key_encoder_parameters_do_not_require_grad():
+    """I1 by construction, as in the official module: θk starts as a copy of θq and is
+    excluded from autograd."""
+    model = MoCo(TinyConvNet, dim=8, K=16)
+    assert not any(p.requires_grad for p in model.encoder_k.parameters())
+    assert all(torch.equal(k, q) for k, q in
+               zip(model.encoder_k.parameters(), model.encoder_q.parameters()))

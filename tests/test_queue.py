@@ -134,3 +134,19 @@ def test_enqueue_rejects_bad_input(keys, ids, error, needle):
 def test_constructor_rejects_bad_arguments(kwargs, error):
     with pytest.raises(error):
         KeyQueue(**kwargs)
+
+
+@pytest.mark.parametrize(("ptr", "size"), [(0, 0), (2, 2), (3, 4), (1, 4)])
+def test_over_storage_reads_and_writes_the_given_ring_in_place(ptr, size):
+    """A queue over existing storage starts with `size` entries ending just before `ptr`
+    (slots 0..size-1 while not full) and writes its next keys into that same storage."""
+    keys = torch.arange(12, dtype=torch.float64).reshape(4, DIM)  # slot s holds 3s, 3s+1, 3s+2
+    ids = torch.tensor([10, 11, 12, 13])
+    queue = KeyQueue.over_storage(keys, ids, ptr, size)
+    filled = [(ptr - size + i) % 4 for i in range(size)]  # oldest first
+    assert len(queue) == size and queue.ptr == ptr
+    assert queue.ids.tolist() == [10 + slot for slot in filled]
+    assert queue.keys.tolist() == [[3.0 * slot + j for j in range(DIM)] for slot in filled]
+    queue.enqueue(torch.full((1, DIM), -1.0, dtype=torch.float64), torch.tensor([99]))
+    assert keys[ptr].tolist() == [-1.0] * DIM and ids[ptr] == 99
+    assert len(queue) == min(size + 1, 4) and queue.ptr == (ptr + 1) % 4

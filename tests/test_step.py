@@ -10,6 +10,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from moco_ref import MoCoTrainer, momentum_update
+from moco_ref.step import projection_of
 from tests.strategies import id_batches, momenta, seeds, temperatures, tiny_models
 
 IN_DIM = 5
@@ -161,3 +162,90 @@ def test_step_rejects_mismatched_batch():
         trainer.step(torch.zeros(3, IN_DIM), torch.zeros(3, IN_DIM), torch.tensor([0, 1]))
     with pytest.raises(ValueError, match="same batch"):
         trainer.step(torch.zeros(3, IN_DIM), torch.zeros(2, IN_DIM), torch.tensor([0, 1, 2]))
+
+
+def test_projection_is_the_last_element_of_a_tuple():
+    """LAB 07 models return (features, projection); longer tuples end with the embedding."""
+    first, middle, last = torch.zeros(2, 3), torch.ones(2, 3), torch.full((2, 3), 2.0)
+    assert projection_of((first, middle, last)) is last
+    assert projection_of([first, last]) is last
+    assert projection_of(last) is last
+
+
+def test_step_result_reports_labels_ids_and_form():
+    """The first step (empty queue) is in-batch: labels arange(B); later ones put the
+    positive at column 0: labels zeros(B). The ids are the batch's own, as int64."""
+    model = torch.nn.Linear(IN_DIM, 4).double()
+    trainer = _trainer(model, "lab", 0.9, 0.2, 8, "sgd")
+    views = _views([[3, 5, 7], [1, 2]], 0)
+    first = trainer.step(*views[0])
+    assert first.in_batch and first.labels.tolist() == [0, 1, 2]
+    assert first.ids.tolist() == [3, 5, 7] and first.ids.dtype == torch.int64
+    second = trainer.step(views[1][0], views[1][1], [1, 2])
+    assert not second.in_batch and second.labels.tolist() == [0, 0]
+    assert second.ids.tolist() == [1, 2] and second.logits.shape == (2, 1 + 3)
+
+
+def test_in_batch_step_masks_keys_of_the_same_image():
+    """With an empty queue, another key of the batch from the query's own image is not a
+    negative: its logit is −inf (I4 in the warm-up form)."""
+    model = torch.nn.Linear(IN_DIM, 4).double()
+    trainer = _trainer(model, "lab", 0.9, 0.2, 8, "sgd")
+    view_q, view_k, _ = _views([[0, 0, 1]], 0)[0]
+    logits = trainer.step(view_q, view_k, torch.tensor([4, 4, 9])).logits
+    assert logits[0, 1] == float("-inf") and logits[1, 0] == float("-inf")
+    off_diagonal_other = [logits[0, 2], logits[1, 2], logits[2, 0], logits[2, 1]]
+    assert all(torch.isfinite(value) for value in off_diagonal_other)
+    assert torch.isfinite(logits.diagonal()).all()
+
+
+def test_key_encoder_parameters_do_not_require_grad():
+    """I1 by construction: the trainer switches gradients off for every key parameter."""
+    model = torch.nn.Linear(IN_DIM, 4)
+    trainer = _trainer(model, "lab", 0.9, 0.2, 8)
+    assert not any(p.requires_grad for p in trainer.encoder_k.parameters())
+    assert all(p.requires_grad for p in trainer.encoder_q.parameters())
+
+
+class _SitsOutAfterFirstCall(torch.nn.Module):
+    """A linear map plus a bias that takes part in the first forward only."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(IN_DIM, 4).double()
+        self.extra = torch.nn.Parameter(torch.ones(4, dtype=torch.float64))
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.linear(x) + (self.extra if self.calls == 1 else 0.0)
+
+
+def test_a_parameter_that_sits_out_a_step_is_left_alone():
+    """Gradients are cleared as `optimizer.zero_grad()` does (set to None), so Adam does not
+    move a parameter that took no part in this step's loss."""
+    model = _SitsOutAfterFirstCall()
+    trainer = MoCoTrainer(model, torch.optim.Adam(model.parameters(), lr=0.05), m=0.9,
+                          temperature=0.2, capacity=8, key_encoder=copy.deepcopy(model))
+    views = _views([[0, 1], [2, 3]], 0)
+    trainer.step(*views[0])
+    after_first = model.extra.detach().clone()
+    trainer.step(*views[1])
+    assert torch.equal(model.extra.detach(), after_first)
+
+
+@pytest.mark.parametrize("order", ["paper", "lab"])
+def test_a_rejected_step_leaves_the_trainer_untouched(order):
+    """Ids of the wrong length are refused before anything moves: no EMA, no query update,
+    no enqueue."""
+    model = torch.nn.Linear(IN_DIM, 4).double()
+    trainer = _trainer(model, order, 0.5, 0.2, 8, "sgd")
+    view_q, view_k, ids = _views([[0, 1, 2]], 0)[0]
+    trainer.step(view_q, view_k, ids)  # θk and θq now differ
+    before = [p.clone() for p in [*trainer.encoder_q.parameters(), *trainer.encoder_k.parameters()]]
+    queue_before = trainer.queue.ids.tolist()
+    with pytest.raises(ValueError, match="one id per key"):
+        trainer.step(view_q, view_k, ids[:2])
+    after = [*trainer.encoder_q.parameters(), *trainer.encoder_k.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    assert trainer.queue.ids.tolist() == queue_before
