@@ -123,15 +123,17 @@ def test_lab_order_refuses_a_second_ema():
 
 
 def test_defaults_match_the_official_module():
-    """Drop-in: the positional parameters and their defaults are the official module's;
-    the extras default to the official behaviour (EMA inside forward, shuffled BN)."""
-    ours = inspect.signature(MoCo).parameters
-    theirs = inspect.signature(_official_style()).parameters
-    assert list(ours)[: len(theirs)] == list(theirs)
-    for name, parameter in theirs.items():
-        assert ours[name].default == parameter.default, name
-    assert ours["order"].default == "lab" and ours["shuffle_bn"].default is True
-    assert ours["order"].kind is ours["shuffle_bn"].kind is inspect.Parameter.KEYWORD_ONLY
+    """Drop-in: built with only a base encoder, the module has the official defaults (dim,
+    K, m, T, no MLP head); the extras default to the official behaviour (EMA inside
+    forward, shuffled BN)."""
+    ours, theirs = MoCo(TinyConvNet), _official_style()(TinyConvNet)
+    assert (ours.K, ours.m, ours.T) == (theirs.K, theirs.m, theirs.T)
+    assert ours.queue.shape == theirs.queue.shape
+    assert {name: tuple(value.shape) for name, value in theirs.state_dict().items()}.items() <= {
+        name: tuple(value.shape) for name, value in ours.state_dict().items()}.items()
+    assert ours.order == "lab" and ours.shuffle_bn is True
+    signature = inspect.signature(MoCo).parameters
+    assert list(signature)[:6] == list(inspect.signature(_official_style()).parameters)
 
 
 def test_key_encoder_parameters_do_not_require_grad():

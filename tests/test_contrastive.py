@@ -7,6 +7,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from moco_ref import contrastive_logits, in_batch_logits, info_nce_loss
+from moco_ref.contrastive import positive_labels
 from tests.strategies import seeds, temperatures, unit_rows
 
 
@@ -125,3 +126,10 @@ def test_same_source_pairs_are_exactly_the_equal_ids(ids, queue_ids):
                                    torch.tensor(queue_ids, dtype=torch.long))
     expected = sorted((i, j) for i, a in enumerate(ids) for j, b in enumerate(queue_ids) if a == b)
     assert sorted(zip(rows.tolist(), cols.tolist())) == expected
+
+
+def test_positive_labels_live_on_the_requested_device():
+    """Labels are created on the logits' device (the "meta" device stands in for an
+    accelerator on this CPU machine)."""
+    labels = positive_labels(3, torch.device("meta"))
+    assert labels.device.type == "meta" and labels.dtype == torch.int64 and labels.shape == (3,)

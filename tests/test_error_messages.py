@@ -187,8 +187,8 @@ CASES = {
         lambda: MoCo(lambda num_classes: nn.Conv2d(3, num_classes, 1), dim=4, K=8, mlp=True),
         TypeError, "mlp=True needs an encoder whose last layer is a Linear `.fc`"),
     "moco-forward-batches": (
-        lambda: _moco()(torch.zeros(2, 3, 8, 8), torch.zeros(3, 3, 8, 8)),
-        ValueError, "im_q and im_k must hold the same batch, got 2 and 3 images"),
+        lambda: _moco()(torch.zeros(2, 3, 8, 8), torch.zeros(5, 3, 8, 8)),
+        ValueError, "im_q and im_k must hold the same batch, got 2 and 5 images"),
     "moco-second-ema": (
         lambda: _moco().update_key_encoder(),
         RuntimeError, "order='lab' updates the key encoder inside forward"),

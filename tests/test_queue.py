@@ -150,3 +150,11 @@ def test_over_storage_reads_and_writes_the_given_ring_in_place(ptr, size):
     queue.enqueue(torch.full((1, DIM), -1.0, dtype=torch.float64), torch.tensor([99]))
     assert keys[ptr].tolist() == [-1.0] * DIM and ids[ptr] == 99
     assert len(queue) == min(size + 1, 4) and queue.ptr == (ptr + 1) % 4
+
+
+def test_storage_lives_on_the_requested_device():
+    """Keys and ids are allocated where the caller asks (the shape-only "meta" device stands
+    in for an accelerator on this CPU machine)."""
+    queue = KeyQueue(4, DIM, device="meta")
+    assert queue.device.type == "meta"
+    assert queue.keys.device.type == "meta" and queue.ids.device.type == "meta"
