@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+import tomllib
 
 DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
 UNDETECTED = {"survived", "no tests", "suspicious"}

@@ -2,7 +2,7 @@ import json
 import os
 from pathlib import Path
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile("dev", max_examples=20, deadline=None)
 settings.register_profile(
@@ -15,11 +15,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile(
-    "mutation",
+    "mutation",  # a mutant only needs one failing example: no shrinking
     max_examples=12,
     derandomize=True,
     deadline=None,
     database=None,
+    phases=[Phase.explicit, Phase.generate],
     suppress_health_check=list(HealthCheck),
 )
 settings.register_profile(

@@ -11,7 +11,6 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from conformance_support import SUBMISSIONS, explain, grade, load_namespace, round_trip
 from torch import nn
 
 import moco_ref
@@ -32,6 +31,7 @@ from moco_ref.conformance.options import GradeOptions
 from moco_ref.conformance.registry import all_checks, detect_style
 from moco_ref.conformance.results import Status
 from moco_ref.queue import KeyQueue
+from tests.conformance_support import SUBMISSIONS, explain, grade, load_namespace, round_trip
 
 BUILDER_IDS = {spec.check_id for spec in all_checks("builder")}
 

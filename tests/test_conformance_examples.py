@@ -5,7 +5,10 @@ the families its manifest entry names (and no other), graded in-process through 
 from __future__ import annotations
 
 import pytest
-from conformance_support import (
+
+from moco_ref.conformance.registry import all_checks, detect_style
+from moco_ref.conformance.results import Status
+from tests.conformance_support import (
     SUBMISSIONS,
     explain,
     grade,
@@ -13,9 +16,6 @@ from conformance_support import (
     manifest_entries,
     not_passed_families,
 )
-
-from moco_ref.conformance.registry import all_checks, detect_style
-from moco_ref.conformance.results import Status
 
 ENTRIES = manifest_entries()
 

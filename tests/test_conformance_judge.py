@@ -10,14 +10,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conformance_support import (
-    SUBMISSIONS,
-    explain,
-    grade,
-    load_namespace,
-    not_passed_families,
-    round_trip,
-)
 
 import moco_ref
 from moco_ref.conformance.judge import judge
@@ -25,6 +17,14 @@ from moco_ref.conformance.observe import observe
 from moco_ref.conformance.options import GradeOptions
 from moco_ref.conformance.registry import FAMILIES, all_checks, detect_style, get_check
 from moco_ref.conformance.results import Status
+from tests.conformance_support import (
+    SUBMISSIONS,
+    explain,
+    grade,
+    load_namespace,
+    not_passed_families,
+    round_trip,
+)
 
 # =========================================================================== registry
 

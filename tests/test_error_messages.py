@@ -52,11 +52,13 @@ CASES = {
         TypeError, "keys must have the queue's dtype torch.float32, got torch.float64"),
     # KeyQueue.over_storage: the ring storage an official-style module hands over
     "over_storage-integer-keys": (
-        lambda: KeyQueue.over_storage(torch.zeros(4, 3, dtype=torch.int64), *_storage()[1:], 0, 0),
-        ValueError, "keys storage must be a floating [capacity, dim] tensor, got torch.int64 [4, 3]"),
+        lambda: KeyQueue.over_storage(torch.zeros(4, 3, dtype=torch.int64), _storage()[1], 0, 0),
+        ValueError,
+        "keys storage must be a floating [capacity, dim] tensor, got torch.int64 [4, 3]"),
     "over_storage-flat-keys": (
         lambda: KeyQueue.over_storage(torch.zeros(4), _storage()[1], 0, 0),
-        ValueError, "keys storage must be a floating [capacity, dim] tensor, got torch.float32 [4]"),
+        ValueError,
+        "keys storage must be a floating [capacity, dim] tensor, got torch.float32 [4]"),
     "over_storage-short-ids": (
         lambda: KeyQueue.over_storage(torch.zeros(4, 3), torch.zeros(3, dtype=torch.int64), 0, 0),
         ValueError, "ids storage must be int64 [4], got torch.int64 [3]"),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conformance_support import explain, not_passed_families, round_trip
 
 import moco_ref
 from moco_ref import contrastive, lab, step
@@ -15,6 +14,7 @@ from moco_ref.conformance.judge import judge
 from moco_ref.conformance.observe import observe
 from moco_ref.conformance.options import GradeOptions
 from moco_ref.step import MoCoTrainer
+from tests.conformance_support import explain, not_passed_families, round_trip
 
 
 def _reference_namespace(warmup=moco_ref.moco_warmup) -> dict:

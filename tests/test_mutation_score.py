@@ -1,10 +1,10 @@
 """mutation/score.py and the reviewed list of equivalent mutants (issue 9)."""
 
 import importlib.util
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,13 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from moco_ref.conformance.invariants.loss import FORM_TEXT, REFERENCE_FORM, LossForm, form_logits
+from moco_ref.conformance.invariants.loss import (
+    FORM_TEXT,
+    REFERENCE_FORM,
+    LossForm,
+    StepwiseFit,
+    form_logits,
+)
 
 LOGITS_TOLERANCE = 1e-4  # max-abs error relative to max(1, largest expected logit)
 BUILDER_FORM = replace(REFERENCE_FORM, mask="none")  # no ids: nothing to mask
@@ -78,22 +84,11 @@ def logits_error(observed: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 @dataclass
-class LogitsFit:
+class LogitsFit(StepwiseFit):
     """The form and temperature that explain the observed logits, step by step."""
 
-    form: LossForm
-    temperature: float
-    errors: list[float]
     tolerance: float = LOGITS_TOLERANCE
     temperature_fitted: bool = False
-
-    @property
-    def matched(self) -> list[bool]:
-        return [e <= self.tolerance for e in self.errors]
-
-    @property
-    def all_match(self) -> bool:
-        return bool(self.errors) and all(self.matched)
 
 
 def candidate_forms() -> list[LossForm]:

@@ -183,16 +183,13 @@ def gradient_error(observed: torch.Tensor | None, expected: torch.Tensor | None)
 
 
 @dataclass
-class FormFit:
-    """The form (and temperature) that best explains the observed gradients, step by step."""
+class StepwiseFit:
+    """A form and temperature with their error at each step; a step matches when its error
+    is within the subclass's ``tolerance``."""
 
     form: LossForm
     temperature: float
     errors: list[float]  # per step, of ``form`` at ``temperature``
-    losses: list[float | None]  # per step, of ``form`` at ``temperature``
-    tolerance: float = GRADIENT_TOLERANCE
-    temperature_fitted: bool = False  # True when no form matched at the given temperature
-    evaluated: dict = field(default_factory=dict, repr=False)  # (form, T) -> per-step errors
 
     @property
     def matched(self) -> list[bool]:
@@ -201,6 +198,16 @@ class FormFit:
     @property
     def all_match(self) -> bool:
         return bool(self.errors) and all(self.matched)
+
+
+@dataclass
+class FormFit(StepwiseFit):
+    """The form (and temperature) that best explains the observed gradients, step by step."""
+
+    losses: list[float | None]  # per step, of ``form`` at ``temperature``
+    tolerance: float = GRADIENT_TOLERANCE
+    temperature_fitted: bool = False  # True when no form matched at the given temperature
+    evaluated: dict = field(default_factory=dict, repr=False)  # (form, T) -> per-step errors
 
 
 class _FormScorer:
