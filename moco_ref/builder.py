@@ -73,23 +73,24 @@ class MoCo(nn.Module):
         """The reference FIFO over this module's buffers (no copy)."""
         return KeyQueue.over_storage(self.queue.T, self.queue_ids, int(self.queue_ptr), self.K)
 
-    @torch.no_grad()
+    # `with torch.no_grad()` rather than the decorator, so that mutation testing reaches
+    # these bodies (mutmut leaves decorated functions alone).
     def _momentum_update_key_encoder(self) -> None:
-        momentum_update(self.encoder_k, self.encoder_q, self.m)
+        momentum_update(self.encoder_k, self.encoder_q, self.m)  # no autograd inside
 
-    @torch.no_grad()
     def _encode_keys(self, im_k: torch.Tensor) -> torch.Tensor:
-        if self.shuffle_bn:
-            im_k, undo = shuffle_batch(im_k)
-        k = F.normalize(self.encoder_k(im_k), dim=1)  # [B, dim]
-        return unshuffle_batch(k, undo) if self.shuffle_bn else k
+        with torch.no_grad():
+            if self.shuffle_bn:
+                im_k, undo = shuffle_batch(im_k)
+            k = F.normalize(self.encoder_k(im_k), dim=1)  # [B, dim]
+            return unshuffle_batch(k, undo) if self.shuffle_bn else k
 
-    @torch.no_grad()
     def _dequeue_and_enqueue(self, keys: torch.Tensor, ids: torch.Tensor) -> None:
-        keys, ids = concat_all_gather(keys), concat_all_gather(ids)  # rank order
-        dictionary = self._dictionary()
-        dictionary.enqueue(keys, ids)
-        self.queue_ptr[0] = dictionary.ptr
+        with torch.no_grad():
+            keys, ids = concat_all_gather(keys), concat_all_gather(ids)  # rank order
+            dictionary = self._dictionary()
+            dictionary.enqueue(keys, ids)
+            self.queue_ptr[0] = dictionary.ptr
 
     def update_key_encoder(self) -> None:
         """The paper order's EMA: call after ``optimizer.step()``."""

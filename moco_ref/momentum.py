@@ -39,7 +39,6 @@ def matched_parameters(
     return [p for _, p in key_named], [p for _, p in query_named]
 
 
-@torch.no_grad()
 def momentum_update(key_model: nn.Module, query_model: nn.Module, m: float) -> None:
     """Move every key parameter toward its query twin: θk ← m·θk + (1 − m)·θq, in place.
 
@@ -50,4 +49,5 @@ def momentum_update(key_model: nn.Module, query_model: nn.Module, m: float) -> N
     m = require_probability("m", m)
     key_params, query_params = matched_parameters(key_model, query_model)
     if key_params:
-        torch._foreach_lerp_(key_params, query_params, 1.0 - m)
+        with torch.no_grad():
+            torch._foreach_lerp_(key_params, query_params, 1.0 - m)

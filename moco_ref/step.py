@@ -112,9 +112,9 @@ class MoCoTrainer:
     def _encode_queries(self, view_q: torch.Tensor) -> torch.Tensor:
         return F.normalize(projection_of(self.encoder_q(view_q)), dim=1)
 
-    @torch.no_grad()
     def _encode_keys(self, view_k: torch.Tensor) -> torch.Tensor:
-        return F.normalize(projection_of(self.encoder_k(view_k)), dim=1)
+        with torch.no_grad():
+            return F.normalize(projection_of(self.encoder_k(view_k)), dim=1)
 
     def _momentum_update_key_encoder(self) -> None:
         momentum_update(self.encoder_k, self.encoder_q, self.m)

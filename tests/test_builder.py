@@ -143,3 +143,19 @@ def test_key_encoder_parameters_do_not_require_grad():
     assert not any(p.requires_grad for p in model.encoder_k.parameters())
     assert all(torch.equal(k, q) for k, q in
                zip(model.encoder_k.parameters(), model.encoder_q.parameters()))
+
+
+def test_keys_come_back_in_batch_order_after_the_shuffle(monkeypatch):
+    """Shuffle-BN: whatever order the key encoder sees the batch in, key i is the key of
+    image i (a reversing shuffle stands in for the cross-rank permutation)."""
+    def reverse(x):
+        return x.flip(0), torch.arange(len(x) - 1, -1, -1)
+
+    monkeypatch.setattr("moco_ref.builder.shuffle_batch", reverse)
+    torch.manual_seed(0)
+    model = MoCo(TinyConvNet, dim=8, K=16, m=1.0)  # m = 1: θk stays put during forward
+    images = torch.randn(4, 3, 8, 8)
+    model(torch.randn(4, 3, 8, 8), images)
+    with torch.no_grad():
+        expected = torch.nn.functional.normalize(model.encoder_k(images), dim=1)
+    torch.testing.assert_close(model.queue.T[:4], expected, rtol=1e-5, atol=1e-6)
