@@ -298,9 +298,7 @@ def _print_batch_table(result) -> None:
         for row in (headers, *cells):
             print("  ".join(row))
         return
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=160)
+    console = _table_console(Console)
     table = Table(title="moco-ref grade: summary")
     for header in headers:
         table.add_column(header, no_wrap=header != "failed checks")
@@ -406,9 +404,7 @@ def _print_scoreboard(rows: list[tuple[str, ...]]) -> None:
         for row in (headers, *rows):
             print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
         return
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=160)
+    console = _table_console(Console)
     table = Table(title="moco-ref demo: example submissions")
     for header in headers:
         table.add_column(header, no_wrap=header in ("expected", "verdict"))
@@ -416,3 +412,10 @@ def _print_scoreboard(rows: list[tuple[str, ...]]) -> None:
         style = "green" if row[-1] == "as expected" else "bold red"
         table.add_row(*(Text(cell) for cell in row[:-1]), Text(row[-1], style=style))
     console.print(table)
+
+
+def _table_console(console_type):
+    """A rich console for the summary tables: the terminal's width, or 160 columns when the
+    output is piped, so that rows are not wrapped to 80."""
+    console = console_type(highlight=False)
+    return console if console.is_terminal else console_type(highlight=False, width=160)
