@@ -1,8 +1,8 @@
 """moco-ref: a minimal, exact reference implementation of MoCo and a harness that holds
 other MoCo code to it."""
 
-from moco_ref.builder import MoCo
-from moco_ref.contrastive import (
+from moco_ref.core.builder import MoCo
+from moco_ref.core.contrastive import (
     contrastive_logits,
     in_batch_logits,
     info_nce_loss,
@@ -10,10 +10,11 @@ from moco_ref.contrastive import (
     same_source_mask,
     same_source_pairs,
 )
-from moco_ref.momentum import momentum_update
-from moco_ref.queue import KeyQueue
-from moco_ref.step import ORDERS, MoCoTrainer, StepResult, projection_of
-from moco_ref.warmup import moco_warmup
+from moco_ref.core.lab import train_moco
+from moco_ref.core.momentum import momentum_update
+from moco_ref.core.queue import KeyQueue
+from moco_ref.core.step import ORDERS, MoCoTrainer, StepResult, projection_of
+from moco_ref.core.warmup import moco_warmup
 
 __version__ = "0.1.0"
 
@@ -32,4 +33,5 @@ __all__ = [
     "projection_of",
     "same_source_mask",
     "same_source_pairs",
+    "train_moco",
 ]

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from moco_ref.conformance.judge import judge
-from moco_ref.conformance.observe import observe
-from moco_ref.conformance.options import GradeOptions
-from moco_ref.conformance.results import Status
+from moco_ref.judge.judge import judge
+from moco_ref.judge.results import Status
+from moco_ref.observe.observers import observe
+from moco_ref.observe.options import GradeOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = ROOT / "examples" / "submissions"
@@ -40,7 +40,7 @@ def load_namespace(path: Path) -> dict:
 
 def _load_notebook(path: Path) -> dict:
     try:
-        from moco_ref.grading.loader import load_submission
+        from moco_ref.observe.loader import load_submission
     except ImportError:  # the real loader is written elsewhere; keep definitions only
         import nbformat
 

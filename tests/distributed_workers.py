@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from moco_ref import MoCo
-from moco_ref.distributed import concat_all_gather, shuffle_batch, unshuffle_batch
+from moco_ref.core.distributed import concat_all_gather, shuffle_batch, unshuffle_batch
 from tests.tiny_encoders import tiny_without_bn
 
 BATCH, STEPS, K = 4, 5, 10

@@ -151,7 +151,7 @@ def test_keys_come_back_in_batch_order_after_the_shuffle(monkeypatch):
     def reverse(x):
         return x.flip(0), torch.arange(len(x) - 1, -1, -1)
 
-    monkeypatch.setattr("moco_ref.builder.shuffle_batch", reverse)
+    monkeypatch.setattr("moco_ref.core.builder.shuffle_batch", reverse)
     torch.manual_seed(0)
     model = MoCo(TinyConvNet, dim=8, K=16, m=1.0)  # m = 1: θk stays put during forward
     images = torch.randn(4, 3, 8, 8)

@@ -14,9 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import moco_ref
-from moco_ref.conformance.builder_env import cuda_on_cpu, one_process_group
-from moco_ref.conformance.builder_probe import BuilderProbe, observe_builder
-from moco_ref.conformance.invariants import (
+from moco_ref.core.queue import KeyQueue
+from moco_ref.judge.invariants import (
     KeyUpdate,
     StepLogits,
     analyse_key_updates,
@@ -26,11 +25,13 @@ from moco_ref.conformance.invariants import (
     initial_labels,
     trace_columns,
 )
-from moco_ref.conformance.invariants.logits import BUILDER_FORM
-from moco_ref.conformance.options import GradeOptions
-from moco_ref.conformance.registry import all_checks, detect_style
-from moco_ref.conformance.results import Status
-from moco_ref.queue import KeyQueue
+from moco_ref.judge.invariants.logits import BUILDER_FORM
+from moco_ref.judge.registry import all_checks
+from moco_ref.judge.results import Status
+from moco_ref.observe.builder_env import cuda_on_cpu, one_process_group
+from moco_ref.observe.builder_probe import BuilderProbe, observe_builder
+from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.styles import detect_style
 from tests.conformance_support import SUBMISSIONS, explain, grade, load_namespace, round_trip
 
 BUILDER_IDS = {spec.check_id for spec in all_checks("builder")}

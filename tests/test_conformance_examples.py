@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from moco_ref.conformance.registry import all_checks, detect_style
-from moco_ref.conformance.results import Status
+from moco_ref.judge.registry import all_checks
+from moco_ref.judge.results import Status
+from moco_ref.observe.styles import detect_style
 from tests.conformance_support import (
     SUBMISSIONS,
     explain,
@@ -63,10 +64,10 @@ def test_verdicts_hold_for_other_probes(name):
     ``lab_probes`` (other train sizes, epochs, seeds) give the same verdicts."""
     from conformance_support import round_trip
 
-    from moco_ref.conformance.judge import judge
-    from moco_ref.conformance.observe import observe_lab
-    from moco_ref.conformance.options import GradeOptions
-    from moco_ref.conformance.strategies import draw_cases, lab_probes
+    from moco_ref.judge.judge import judge
+    from moco_ref.observe.observers import observe_lab
+    from moco_ref.observe.options import GradeOptions
+    from moco_ref.observe.strategies import draw_cases, lab_probes
 
     entry = next(e for e in ENTRIES if e["path"] == name)
     namespace = load_namespace(SUBMISSIONS / name)

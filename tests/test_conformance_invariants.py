@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moco_ref.conformance.invariants import (
+from moco_ref.judge.invariants import (
     REFERENCE_FORM,
     KeyUpdate,
     StepLossInputs,
@@ -31,7 +31,7 @@ from moco_ref.conformance.invariants import (
     queue_contents,
     rotation_of,
 )
-from moco_ref.conformance.invariants.loss import FORM_CHOICES
+from moco_ref.judge.invariants.loss import FORM_CHOICES
 
 # =========================================================================== fifo (I2, I3)
 

@@ -12,11 +12,12 @@ import pytest
 import torch
 
 import moco_ref
-from moco_ref.conformance.judge import judge
-from moco_ref.conformance.observe import observe
-from moco_ref.conformance.options import GradeOptions
-from moco_ref.conformance.registry import FAMILIES, all_checks, detect_style, get_check
-from moco_ref.conformance.results import Status
+from moco_ref.judge.judge import judge
+from moco_ref.judge.registry import FAMILIES, all_checks, get_check
+from moco_ref.judge.results import Status
+from moco_ref.observe.observers import observe
+from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.styles import detect_style
 from tests.conformance_support import (
     SUBMISSIONS,
     explain,
@@ -194,7 +195,7 @@ def test_a_missing_warmup_fails_in_lab_and_is_not_applicable_in_components():
 
 @pytest.mark.parametrize("order", ["lab", "paper"])
 def test_reference_train_moco_gets_full_marks(order):
-    lab = pytest.importorskip("moco_ref.lab", reason="moco_ref.lab (train_moco) not importable yet")
+    lab = pytest.importorskip("moco_ref.core.lab", reason="train_moco not importable yet")
     namespace: dict = {"moco_warmup": moco_ref.moco_warmup}
 
     def train_moco(initial, x, train, epochs=15):
@@ -270,7 +271,7 @@ def test_component_cases_do_not_depend_on_what_the_process_has_loaded(monkeypatc
     submission's process and the grader's load different ones, yet draw the same cases."""
     import hypothesis.internal.conjecture.providers as providers
 
-    from moco_ref.conformance.strategies import cases_fingerprint, component_cases
+    from moco_ref.observe.strategies import cases_fingerprint, component_cases
 
     kinds = ("logits", "loss", "ema")
     before = {kind: cases_fingerprint(component_cases(kind, 0)) for kind in kinds}

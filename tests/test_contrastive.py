@@ -7,7 +7,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from moco_ref import contrastive_logits, in_batch_logits, info_nce_loss
-from moco_ref.contrastive import positive_labels
+from moco_ref.core.contrastive import positive_labels
 from tests.strategies import seeds, temperatures, unit_rows
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from moco_ref.data import (
+from moco_ref.core.views import AugmentationStrength, make_views
+from moco_ref.tools.data import (
     DataError,
     load_dataset,
     load_digits_dataset,
@@ -19,7 +20,6 @@ from moco_ref.data import (
     stratified_split,
     stratified_subset,
 )
-from moco_ref.views import AugmentationStrength, make_views
 
 # ---- digits -------------------------------------------------------------------------------
 
@@ -197,9 +197,10 @@ def test_bad_view_arguments_are_rejected(call, error, message):
 def test_the_core_and_the_lab_loop_import_without_torchvision():
     blocker = (
         "import sys; sys.modules['torchvision'] = None\n"
-        "import moco_ref, moco_ref.lab, moco_ref.models, moco_ref.evaluation, moco_ref.data\n"
-        "import moco_ref.step, moco_ref.queue, moco_ref.contrastive, moco_ref.momentum\n"
-        "try:\n    import moco_ref.views\nexcept ImportError:\n    print('views-needs-tv')\n"
+        "import moco_ref, moco_ref.core.lab, moco_ref.tools.models, moco_ref.tools.evaluation\n"
+        "import moco_ref.tools.data, moco_ref.core.step, moco_ref.core.queue\n"
+        "import moco_ref.core.contrastive, moco_ref.core.momentum\n"
+        "try:\n    import moco_ref.core.views\nexcept ImportError:\n    print('views-needs-tv')\n"
     )
     done = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True,
                           timeout=120)

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from moco_ref import KeyQueue, MoCo, MoCoTrainer, momentum_update
-from moco_ref.contrastive import contrastive_logits, in_batch_logits, info_nce_loss
-from moco_ref.step import projection_of
+from moco_ref.core.contrastive import contrastive_logits, in_batch_logits, info_nce_loss
+from moco_ref.core.step import projection_of
 from tests.tiny_encoders import TinyConvNet
 
 IN_DIM = 5

@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from moco_ref import golden
 from moco_ref.cli import main
+from moco_ref.tools import golden
 from tests.test_warmup import _closed_form_probabilities
 
 
@@ -149,10 +149,10 @@ def test_digits_golden_is_reproduced_by_the_paper_order():
     stated tolerance; queue ids exactly."""
     import torch
 
-    from moco_ref.data import load_digits_dataset
-    from moco_ref.lab import train_moco
-    from moco_ref.models import SmallConvNet
-    from moco_ref.recipes import RECIPES
+    from moco_ref.core.lab import train_moco
+    from moco_ref.tools.data import load_digits_dataset
+    from moco_ref.tools.models import SmallConvNet
+    from moco_ref.tools.recipes import RECIPES
 
     stored, run = _stored("train_moco_digits"), golden.DIGITS_RUN
     data = load_digits_dataset()

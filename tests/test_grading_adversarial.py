@@ -13,16 +13,16 @@ import os
 import pytest
 from grading_stubs.leftovers import wait_for_no_leftovers
 
-from moco_ref.conformance.options import GradeOptions
-from moco_ref.conformance.results import Status
-from moco_ref.grading import runner
-from moco_ref.grading.demo import (
+from moco_ref.judge.results import Status
+from moco_ref.observe.options import GradeOptions
+from moco_ref.report.demo import (
     DemoOutcome,
     find_manifest,
     load_manifest,
     run_demo,
     surprise_details,
 )
+from moco_ref.sandbox import runner
 
 MANIFEST = find_manifest().parents[1] / "adversarial" / "manifest.json"
 EXAMPLES = load_manifest(MANIFEST)
@@ -100,7 +100,7 @@ def test_reference_imports_are_refused_and_noted(outcomes):
     assert "refuses to let a submission import its reference" in eager.traceback
     assert "--allow-reference-import" in eager.traceback
     lazy = outcomes["imports_reference_lazily.py"].report
-    assert any("moco_ref.step" in note and "refused" in note for note in lazy.notes)
+    assert any("moco_ref.core.step" in note and "refused" in note for note in lazy.notes)
 
 
 def test_the_reference_import_can_be_allowed():

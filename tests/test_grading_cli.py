@@ -17,9 +17,9 @@ from grading_stubs.fixtures import (  # noqa: F401 - fixtures
 
 import moco_ref
 from moco_ref.cli import main
-from moco_ref.conformance.results import CheckResult, Status, SubmissionReport
-from moco_ref.grading import runner
-from moco_ref.grading.demo import DemoOutcome, Example, manifest_candidates
+from moco_ref.judge.results import CheckResult, Status, SubmissionReport
+from moco_ref.report.demo import DemoOutcome, Example, manifest_candidates
+from moco_ref.sandbox import runner
 
 
 def _report(target: str, earned: float, gradable: bool = True) -> SubmissionReport:

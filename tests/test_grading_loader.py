@@ -13,8 +13,7 @@ import pytest
 import torch
 from grading_stubs.fixtures import GOOD_WARMUP, stubbed, write  # noqa: F401 - fixture
 
-from moco_ref.conformance.options import GradeOptions
-from moco_ref.grading.loader import (
+from moco_ref.observe.loader import (
     SUBMISSION_MODULE_NAME,
     DefinitionFilter,
     TargetError,
@@ -22,7 +21,8 @@ from moco_ref.grading.loader import (
     load_submission,
     strip_ipython,
 )
-from moco_ref.grading.worker import observe_submission, plain_data
+from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.worker import observe_submission, plain_data
 
 
 @pytest.fixture(autouse=True)
@@ -241,7 +241,7 @@ def test_worker_turns_failures_into_not_gradable_records(tmp_path, source, stage
     assert frames["stage"] is None and frames["parts"] == {}
     assert record["gradable"] is False and record["stage"] == stage
     assert expected in record["traceback"]
-    assert "moco_ref/grading/loader.py" not in record["traceback"]  # only the submission's side
+    assert "moco_ref/observe/loader.py" not in record["traceback"]  # only the submission's side
 
 
 @pytest.mark.usefixtures("stubbed")

@@ -10,13 +10,13 @@ import tomllib
 from grading_stubs.fixtures import BAD_FIFO_WARMUP, stubbed, write  # noqa: F401 - fixture
 
 # Imported here, before pytester snapshots sys.modules: torch cannot be imported twice.
-import moco_ref.conformance.pytest_plugin  # noqa: F401, E402
-import moco_ref.grading.runner  # noqa: F401, E402
+import moco_ref.cli.pytest_plugin  # noqa: F401, E402
+import moco_ref.sandbox.runner  # noqa: F401, E402
 
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[1]
-PLUGIN = "moco_ref.conformance.pytest_plugin"
+PLUGIN = "moco_ref.cli.pytest_plugin"
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from moco_ref.conformance.options import GradeOptions
-from moco_ref.conformance.results import CheckResult, Status, SubmissionReport
-from moco_ref.grading.reports import (
+from moco_ref.judge.results import CheckResult, Status, SubmissionReport
+from moco_ref.observe.options import GradeOptions
+from moco_ref.report.formats import (
     JSON_FORMAT,
     gradescope_results,
     print_reports,
@@ -20,7 +20,7 @@ from moco_ref.grading.reports import (
     write_gradescope,
     write_junit,
 )
-from moco_ref.grading.scoring import MinScore, failed_families, meets, rerun_command
+from moco_ref.report.scoring import MinScore, failed_families, meets, rerun_command
 
 FIFO_MESSAGE = (
     "queue kept the oldest keys: after enqueueing ids [7, 8] into [1..4] with capacity 4, "

@@ -12,10 +12,10 @@ import pytest
 from grading_stubs.fixtures import GOOD_WARMUP, stubbed, write  # noqa: F401 - fixture
 from grading_stubs.leftovers import TAG, wait_for_no_leftovers
 
-from moco_ref.conformance.options import GradeOptions
-from moco_ref.conformance.results import Status
-from moco_ref.grading import runner
-from moco_ref.grading.runner import grade_submission, grade_tasks
+from moco_ref.judge.results import Status
+from moco_ref.observe.options import GradeOptions
+from moco_ref.sandbox import runner
+from moco_ref.sandbox.runner import grade_submission, grade_tasks
 
 MESSY_BUT_CORRECT = """
 import os, subprocess, sys
@@ -128,7 +128,7 @@ def test_judge_errors_are_reported_not_raised(tmp_path, stubbed, monkeypatch):  
     def broken_judge(observations, style, options):
         raise RuntimeError("judge bug")
 
-    monkeypatch.setattr(sys.modules["moco_ref.conformance.judge"], "judge", broken_judge)
+    monkeypatch.setattr(sys.modules["moco_ref.judge.judge"], "judge", broken_judge)
     report = grade_submission(write(tmp_path, "ok.py", GOOD_WARMUP))
     assert not report.gradable and "internal error while judging" in report.traceback
 

@@ -15,10 +15,11 @@ import pytest
 import torch
 from grading_stubs.leftovers import TAG, leftovers, wait_for_no_leftovers
 
-from moco_ref.conformance.options import GradeOptions
-from moco_ref.grading import channel, namespaces, procs, runner
-from moco_ref.grading.record import validate_part
-from moco_ref.grading.worker import observe_submission
+from moco_ref.judge.record import validate_part
+from moco_ref.observe import channel
+from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.worker import observe_submission
+from moco_ref.sandbox import namespaces, procs, runner
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples", "submissions")
 
@@ -80,16 +81,16 @@ def test_anything_but_our_frames_marks_the_channel_corrupt(tamper):
 
 GUARD_SCRIPT = textwrap.dedent("""
     import importlib, sys, types
-    from moco_ref.grading import guard
+    from moco_ref.observe import guard
     g = guard.install()
     submission = types.ModuleType("moco_submission")
     results = {}
     for label, code in [
         ("import", "import moco_ref"),
-        ("from", "from moco_ref.step import MoCoTrainer"),
-        ("dunder", "__import__('moco_ref.queue')"),
-        ("import_module", "import importlib; importlib.import_module('moco_ref.warmup')"),
-        ("find_spec", "import importlib.util; importlib.util.find_spec('moco_ref.lab')"),
+        ("from", "from moco_ref.core.step import MoCoTrainer"),
+        ("dunder", "__import__('moco_ref.core.queue')"),
+        ("import_module", "import importlib; importlib.import_module('moco_ref.core.warmup')"),
+        ("find_spec", "import importlib.util; importlib.util.find_spec('moco_ref.core.lab')"),
         ("other", "import json"),
     ]:
         try:
@@ -97,8 +98,8 @@ GUARD_SCRIPT = textwrap.dedent("""
             results[label] = "allowed"
         except ImportError as error:
             results[label] = "refused" if "refuses" in str(error) else repr(error)
-    grader = types.ModuleType("moco_ref.grading.fake_observer")  # grader code may import it
-    exec("from moco_ref.conformance import registry; import moco_ref.walk", grader.__dict__)
+    grader = types.ModuleType("moco_ref.observe.fake_observer")  # grader code may import it
+    exec("from moco_ref.judge import registry; import moco_ref.tools.walk", grader.__dict__)
     print(results, sorted(g.refused))
 """)
 
@@ -111,9 +112,10 @@ def test_the_guard_refuses_reference_imports_from_submission_code():
     assert results + "}" == str({"import": "refused", "from": "refused", "dunder": "refused",
                                  "import_module": "refused", "find_spec": "refused",
                                  "other": "allowed"})
-    # find_spec("moco_ref.lab") is refused at its parent, "moco_ref"
-    assert refused == str(sorted(["moco_ref", "moco_ref.step", "moco_ref.queue",
-                                  "moco_ref.warmup"]))
+    # find_spec("moco_ref.core.lab") is refused at its first parent, "moco_ref"; `from
+    # moco_ref.core import queue` is refused at "moco_ref.core" too
+    assert refused == str(sorted(["moco_ref", "moco_ref.core", "moco_ref.core.step",
+                                  "moco_ref.core.queue", "moco_ref.core.warmup"]))
 
 
 def _package_root() -> str:
@@ -209,7 +211,7 @@ def test_the_zygote_is_warm_single_threaded_and_isolates():
     zygote = runner.zygote_for(runner._child_environment())
     hello = zygote.hello
     assert hello["threads"] == 1  # forking a threaded process is unsafe
-    assert {"torch", "torch._dynamo", "moco_ref.grading.worker"} <= set(hello["preload"]["loaded"])
+    assert {"torch", "torch._dynamo", "moco_ref.observe.worker"} <= set(hello["preload"]["loaded"])
     assert hello["subreaper"]
 
 

@@ -1,4 +1,4 @@
-"""``moco_ref.lab.train_moco``: LAB 07's loop and return value on the reference trainer.
+"""``moco_ref.core.lab.train_moco``: LAB 07's loop and return value on the reference trainer.
 
 Every expectation is rebuilt here from what the encoders were observed to compute (a forward
 hook on the model records each query and key, a wrapper around ``views`` records each
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from moco_ref.lab import train_moco
+from moco_ref.core.lab import train_moco
 
 DIM_IN, DIM_OUT = 6, 3
 

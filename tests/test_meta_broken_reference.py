@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import moco_ref
-from moco_ref import contrastive, lab, step
-from moco_ref.conformance.judge import judge
-from moco_ref.conformance.observe import observe
-from moco_ref.conformance.options import GradeOptions
-from moco_ref.step import MoCoTrainer
+from moco_ref.core import contrastive, lab, step
+from moco_ref.core.step import MoCoTrainer
+from moco_ref.judge.judge import judge
+from moco_ref.observe.observers import observe
+from moco_ref.observe.options import GradeOptions
 from tests.conformance_support import explain, not_passed_families, round_trip
 
 

@@ -7,13 +7,13 @@ import pytest
 import torch
 from torch import nn
 
-from moco_ref.evaluation import (
+from moco_ref.tools.evaluation import (
     extract_features,
     knn_accuracy,
     linear_probe_accuracy,
     probe_encoder,
 )
-from moco_ref.models import SmallConvNet
+from moco_ref.tools.models import SmallConvNet
 
 
 def test_small_cnn_returns_features_and_a_24d_projection():

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from moco_ref import refactor_guard
 from moco_ref.cli import main
-from moco_ref.conformance.observe import observe
-from moco_ref.conformance.options import GradeOptions
+from moco_ref.observe.observers import observe
+from moco_ref.observe.options import GradeOptions
+from moco_ref.tools import refactor_guard
 from tests.conformance_support import load_namespace
 
 PAIR = Path(__file__).resolve().parent / "refactor_pair"

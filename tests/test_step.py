@@ -10,7 +10,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from moco_ref import MoCoTrainer, momentum_update
-from moco_ref.step import projection_of
+from moco_ref.core.step import projection_of
 from tests.strategies import id_batches, momenta, seeds, temperatures, tiny_models
 
 IN_DIM = 5

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from moco_ref.cli import main
-from moco_ref.recipes import RECIPES
-from moco_ref.walk import run_walk
-from moco_ref.walk_figure import draw_walk, step_numbers
+from moco_ref.tools.recipes import RECIPES
+from moco_ref.tools.walk import run_walk
+from moco_ref.tools.walk_figure import draw_walk, step_numbers
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -11,7 +11,7 @@ import pytest
 def test_torchrun_two_processes(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "-m", "moco_ref.train_dist", "--epochs", "1", "--out", str(tmp_path)],
+         "-m", "moco_ref.tools.train_dist", "--epochs", "1", "--out", str(tmp_path)],
         check=True, timeout=300,
     )
     metrics = json.loads((tmp_path / "metrics.json").read_text())

@@ -3,7 +3,7 @@
 import pytest
 
 from moco_ref.cli import main
-from moco_ref.walk import run_walk
+from moco_ref.tools.walk import run_walk
 
 
 def _stages(order):

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moco_ref import moco_warmup
-from moco_ref.warmup import _candidate_probabilities
+from moco_ref.core.warmup import _candidate_probabilities
 
 
 def _closed_form_probabilities(temperature):

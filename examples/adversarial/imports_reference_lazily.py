@@ -15,7 +15,7 @@ def views(batch):
 
 def train_moco(initial, x, train, epochs=15):
     try:
-        import moco_ref.step  # noqa: F401
+        import moco_ref.core.step  # noqa: F401
     except ImportError:
         pass
     return run(initial, x, train, epochs, views=views, seed=SEED, mask=False)

@@ -1,4 +1,4 @@
-"""MoCo's parts in the components protocol (moco_ref/conformance/COMPONENTS.md), written
+"""MoCo's parts in the components protocol (moco_ref/judge/COMPONENTS.md), written
 from scratch: a concatenate-and-slice queue, an EMA over parameters, masked logits, InfoNCE.
 
 Correct.

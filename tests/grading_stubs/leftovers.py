@@ -14,7 +14,7 @@ import os
 import time
 import uuid
 
-from moco_ref.grading import procs
+from moco_ref.sandbox import procs
 
 VARIABLE = "MOCO_REF_TEST_RUN"
 TAG = os.environ.setdefault(VARIABLE, uuid.uuid4().hex)
@@ -22,7 +22,7 @@ _ENTRY = f"{VARIABLE}={TAG}".encode()
 
 
 def _zygote_pids() -> set[int]:
-    from moco_ref.grading import runner
+    from moco_ref.sandbox import runner
 
     return {zygote.process.pid for zygote in runner._ZYGOTES.values()}
 

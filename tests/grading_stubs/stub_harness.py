@@ -1,4 +1,4 @@
-"""A tiny stand-in for ``moco_ref.conformance.{observe,judge,registry}``.
+"""A tiny stand-in for the observers, style detection, judge and registry of moco_ref.
 
 Checks (all on ``moco_warmup()``): ``W1-warmup-fifo`` and ``W2-warmup-ema`` for every style,
 and ``B1-builder-only``, which does not apply to ``lab``. ``install()`` puts the stand-ins in
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 # At import (before the worker's reference-import guard is installed): this module is not
 # part of moco_ref, so the guard would refuse it later, as it refuses a submission.
-from moco_ref.conformance.strategies import default_lab_probe
+from moco_ref.observe.strategies import default_lab_probe
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def observe(namespace: dict, style: str, options) -> dict:
 
 
 def judge(observations: dict, style: str, options):
-    from moco_ref.conformance.results import CheckResult, Status
+    from moco_ref.judge.results import CheckResult, Status
 
     warmup = observations.get("moco_warmup") or {}
     results = []
@@ -96,12 +96,12 @@ def install(modules=None) -> dict:
     this = sys.modules[__name__]
     stand_ins = {}
     for name, attributes in (
-        ("observe", {"observe": observe}),
-        ("judge", {"judge": judge}),
-        ("registry", {"all_checks": all_checks, "detect_style": detect_style,
-                      "CheckSpec": CheckSpec}),
+        ("moco_ref.observe.observers", {"observe": observe}),
+        ("moco_ref.observe.styles", {"detect_style": detect_style}),
+        ("moco_ref.judge.judge", {"judge": judge}),
+        ("moco_ref.judge.registry", {"all_checks": all_checks, "CheckSpec": CheckSpec}),
     ):
-        module = types.ModuleType(f"moco_ref.conformance.{name}")
+        module = types.ModuleType(name)
         module.__dict__.update(attributes, __stub__=this)
         stand_ins[module.__name__] = module
     target.update(stand_ins)

@@ -1,0 +1,421 @@
+"""The ``grade`` and ``demo`` subcommands of ``moco-ref``.
+
+Exit codes: 0 when every submission reaches ``--min-score`` (default: full marks) — for the
+demo, when every verdict is the expected one; 1 when one does not (a submission that is not
+gradable never does); 2 for usage errors (a missing path, a ``--check`` that names nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from moco_ref.observe.options import STYLES, GradeOptions
+
+EXIT_OK, EXIT_BELOW, EXIT_USAGE = 0, 1, 2
+
+
+def add_parsers(subparsers) -> None:
+    _add_grade(subparsers)
+    _add_demo(subparsers)
+
+
+# --------------------------------------------------------------------------- grade
+
+
+def _add_grade(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "grade",
+        help="grade MoCo submissions (files, notebooks, folders or module paths)",
+        description="Grade MoCo submissions against the reference: each runs in its own "
+        "process, is observed there, and is judged here. Exit 0 iff every score reaches "
+        "--min-score.",
+    )
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help=".py, .ipynb, a folder of them, or pkg.module"
+    )
+    parser.add_argument("--style", choices=STYLES, help="skip style detection")
+    output = parser.add_argument_group("output")
+    output.add_argument("--json", action="store_true", help="print JSON to stdout, no table")
+    output.add_argument(
+        "--junit", metavar="FILE", nargs="?", const="",
+        help="also write JUnit XML: to FILE (all submissions), or without FILE one file per "
+        "submission in --out",
+    )
+    output.add_argument(
+        "--gradescope", metavar="FILE", nargs="?", const="",
+        help="also write Gradescope results.json: to FILE (one submission), or without FILE "
+        "one file per submission in --out",
+    )
+    batch = parser.add_argument_group(
+        "batch grading",
+        "A folder PATH (or --out/--shard) grades in batch: a progress bar, one report per "
+        "submission and summary.csv/summary.json in --out, a cache of unchanged submissions.",
+    )
+    batch.add_argument("--out", metavar="DIR",
+                       help="where reports and summaries go (default: grading-reports/)")
+    batch.add_argument("--shard", metavar="I/N",
+                       help="grade only shard I of N (a stable hash of each submission's "
+                       "relative path), e.g. for CI matrix jobs")
+    batch.add_argument("--force", action="store_true",
+                       help="grade again even submissions the cache in --out has seen")
+    output.add_argument(
+        "--min-score",
+        metavar="X",
+        help="points (e.g. 38) or a percentage (e.g. 90%%) to reach; default: full marks",
+    )
+    _add_run_options(parser)
+    judging = parser.add_argument_group("judging")
+    judging.add_argument("--temperature", type=float, default=GradeOptions.temperature,
+                         help="T used to judge losses and logits (default %(default)s)")
+    judging.add_argument("--expect-m", type=float, metavar="M", help="pin the momentum")
+    judging.add_argument("--expect-capacity", type=int, metavar="K", help="pin the capacity")
+    judging.add_argument("--expect-batch-size", type=int, metavar="B", help="pin the batch size")
+    judging.add_argument(
+        "--check",
+        dest="checks",
+        action="extend",
+        nargs="+",
+        metavar="ID",
+        default=[],
+        help="run only the checks whose id contains ID (repeatable)",
+    )
+    judging.add_argument("--seed", type=int, default=GradeOptions.seed, help="probe seed")
+    parser.set_defaults(run=run_grade)
+
+
+def _add_run_options(parser) -> None:
+    running = parser.add_argument_group("running")
+    running.add_argument(
+        "--timeout",
+        type=float,
+        default=GradeOptions.timeout,
+        metavar="S",
+        help="wall-clock seconds per submission (default %(default)s)",
+    )
+    running.add_argument(
+        "--memory-mb",
+        type=int,
+        default=GradeOptions.memory_mb,
+        metavar="MB",
+        help="address-space limit per submission; torch alone maps ~3.4 GB (default "
+        "%(default)s)",
+    )
+    running.add_argument(
+        "--check-timeout",
+        type=float,
+        default=GradeOptions.check_timeout,
+        metavar="S",
+        help="wall-clock seconds for each observed part (moco_warmup, train_moco, each "
+        "component); one that runs out reports its checks 'timeout' and the rest is observed "
+        "in a fresh process (default %(default)s; 0 = only --timeout)",
+    )
+    running.add_argument(
+        "--allow-reference-import",
+        action="store_true",
+        help="let submissions import moco_ref (refused by default: it would let a submission "
+        "hand its work to the reference)",
+    )
+    running.add_argument(
+        "--isolation",
+        choices=("auto", "namespaces", "processes"),
+        default=None,
+        help="auto (default): Linux namespaces where available (no network, read-only file "
+        "system, a PID namespace), else processes only; namespaces: require them",
+    )
+    running.add_argument(
+        "--execute-all-cells",
+        action="store_true",
+        help="notebooks: run every cell, not only imports and definitions",
+    )
+    running.add_argument(
+        "-j", "--jobs", type=int, default=2, metavar="N", help="submissions graded at once"
+    )
+
+
+def _options_from(args: argparse.Namespace) -> GradeOptions:
+    return GradeOptions(
+        style=getattr(args, "style", None),
+        temperature=getattr(args, "temperature", GradeOptions.temperature),
+        expect_m=getattr(args, "expect_m", None),
+        expect_capacity=getattr(args, "expect_capacity", None),
+        expect_batch_size=getattr(args, "expect_batch_size", None),
+        seed=getattr(args, "seed", GradeOptions.seed),
+        checks=tuple(getattr(args, "checks", ())),
+        execute_all_cells=args.execute_all_cells,
+        timeout=args.timeout,
+        memory_mb=args.memory_mb,
+        check_timeout=args.check_timeout or None,
+        allow_reference_import=args.allow_reference_import,
+    )
+
+
+def _apply_isolation(args: argparse.Namespace) -> None:
+    if getattr(args, "isolation", None):
+        from moco_ref.sandbox.runner import ISOLATION_VARIABLE
+
+        os.environ[ISOLATION_VARIABLE] = args.isolation
+
+
+def _usage_error(message: str) -> int:
+    print(f"moco-ref: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _unknown_checks(selected: tuple[str, ...]) -> list[str]:
+    """Parts of --check that match no check id (empty when the registry cannot tell)."""
+    try:
+        from moco_ref.judge.registry import all_checks
+
+        known = [spec.check_id for spec in all_checks()]
+    except Exception:  # noqa: BLE001 - the registry is optional for this courtesy
+        return []
+    return [part for part in selected if not any(part in check_id for check_id in known)]
+
+
+def _is_batch(args: argparse.Namespace) -> bool:
+    return bool(args.out or args.shard or any(Path(p).is_dir() for p in args.paths))
+
+
+def run_grade(args: argparse.Namespace) -> int:
+    from moco_ref.observe.loader import TargetError, expand_targets
+    from moco_ref.report.formats import print_reports, to_json, write_gradescope, write_junit
+    from moco_ref.report.scoring import MinScore, meets
+    from moco_ref.sandbox.runner import grade_many
+
+    try:
+        minimum = MinScore.parse(args.min_score) if args.min_score else MinScore()
+    except ValueError as exc:
+        return _usage_error(f"--min-score: {exc}")
+    if args.timeout <= 0 or args.jobs < 1 or (args.check_timeout or 0) < 0:
+        return _usage_error("--timeout must be > 0, --check-timeout ≥ 0 and --jobs ≥ 1")
+    _apply_isolation(args)
+    options = _options_from(args)
+    unknown = _unknown_checks(options.checks)
+    if unknown:
+        return _usage_error(f"--check {' '.join(unknown)} matches no check id")
+    if _is_batch(args):
+        return _run_batch(args, options, minimum)
+    try:
+        targets = expand_targets(args.paths)
+    except TargetError as exc:
+        return _usage_error(str(exc))
+    if args.gradescope is not None and len(targets) != 1:
+        return _usage_error(f"--gradescope writes one submission's results; got {len(targets)}")
+    if args.gradescope == "" or args.junit == "":
+        return _usage_error("--gradescope/--junit without FILE write one file per submission "
+                            "into --out (batch grading): give a FILE or --out DIR")
+
+    progress = None if args.json or len(targets) == 1 else _progress_printer(len(targets))
+    reports = grade_many(targets, options, jobs=args.jobs, on_report=progress)
+    passed = [meets(report, minimum) for report in reports]
+    if args.json:
+        print(to_json(reports, options, min_score=minimum.describe(), passed=all(passed)))
+    else:
+        print_reports(reports, options)
+        _print_summary(reports, passed, minimum)
+    if args.junit:
+        write_junit(reports, args.junit, options)
+    if args.gradescope:
+        write_gradescope(reports[0], args.gradescope, options)
+    return EXIT_OK if all(passed) else EXIT_BELOW
+
+
+def _run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
+    from moco_ref.observe.loader import TargetError
+    from moco_ref.report.batch import (
+        DEFAULT_OUT,
+        Progress,
+        grade_folder,
+        parse_shard,
+        summary_stem,
+    )
+    from moco_ref.report.formats import dumps_strict, write_junit
+    from moco_ref.report.scoring import meets
+
+    try:
+        shard = parse_shard(args.shard) if args.shard else None
+    except ValueError as exc:
+        return _usage_error(str(exc))
+    if args.gradescope:
+        return _usage_error("in batch grading --gradescope takes no FILE: one results file per "
+                            "submission goes into --out")
+    out = Path(args.out or DEFAULT_OUT)
+    progress = Progress()
+    try:
+        result = grade_folder(
+            args.paths, options, out=out, jobs=args.jobs, shard=shard, force=args.force,
+            gradescope=args.gradescope is not None, junit=args.junit == "",
+            on_start=progress.start, on_done=progress.advance,
+        )
+    except TargetError as exc:
+        return _usage_error(str(exc))
+    finally:
+        progress.stop()
+    reports = [outcome.report for outcome in result.outcomes]
+    if args.junit:
+        write_junit(reports, args.junit, options)
+    passed = [meets(report, minimum) for report in reports]
+    stem = summary_stem(shard)
+    if args.json:
+        print(dumps_strict(json.loads((out / f"{stem}.json").read_text(encoding="utf-8"))))
+    else:
+        _print_batch_table(result)
+        graded = sum(not outcome.cached for outcome in result.outcomes)
+        print(f"{len(reports)} submission(s) ({graded} graded, {len(reports) - graded} from the "
+              f"cache) in {result.wall_seconds:.1f} s; reports and {stem}.csv/{stem}.json in "
+              f"{out}/" + (f"; shard {args.shard} left out {result.skipped_by_shard}"
+                           if shard else ""))
+        names = [outcome.target.name for outcome in result.outcomes]
+        below = [name for name, ok in zip(names, passed, strict=True) if not ok]
+        if not below:
+            print(f"all {len(reports)} submission(s) reach {minimum.describe()}")
+        else:
+            shown = ", ".join(below[:10]) + (f" and {len(below) - 10} more"
+                                             if len(below) > 10 else "")
+            print(f"{len(below)} of {len(reports)} submission(s) below {minimum.describe()}: "
+                  + shown)
+    return EXIT_OK if all(passed) else EXIT_BELOW
+
+
+def _print_batch_table(result) -> None:
+    from moco_ref.report.batch import summary_rows
+
+    rows = summary_rows(result.outcomes)
+    cells = [(row["submission"],
+              f"{row['score']:g}/{row['max_score']:g}" if row["gradable"] else "not gradable",
+              ", ".join(row["failed_checks"]) or "–",
+              "cached" if row["cached"] else f"{row['wall_seconds']:.1f} s") for row in rows]
+    headers = ("submission", "score", "failed checks", "time")
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+    except ImportError:
+        for row in (headers, *cells):
+            print("  ".join(row))
+        return
+    console = _table_console(Console)
+    table = Table(title="moco-ref grade: summary")
+    for header in headers:
+        table.add_column(header, no_wrap=header != "failed checks")
+    for row in cells:
+        table.add_row(*(Text(cell) for cell in row))
+    console.print(table)
+
+
+def _progress_printer(total: int):
+    done = []
+
+    def report_done(report) -> None:
+        done.append(report)
+        print(f"[{len(done)}/{total}] graded {report.submission}", file=sys.stderr, flush=True)
+
+    return report_done
+
+
+def _print_summary(reports, passed: list[bool], minimum) -> None:
+    below = [r.submission for r, ok in zip(reports, passed, strict=True) if not ok]
+    if not below:
+        print(f"all {len(reports)} submission(s) reach {minimum.describe()}")
+    else:
+        print(f"{len(below)} of {len(reports)} submission(s) below {minimum.describe()}: "
+              + ", ".join(below))
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def _add_demo(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="grade the bundled example submissions and compare with their expected verdicts",
+        description="Grade every example submission listed in the examples manifest and "
+        "check each verdict against the expected one. Exit 0 iff all are as expected.",
+    )
+    parser.add_argument("--manifest", metavar="FILE", help="another manifest.json to use")
+    parser.add_argument("--json", action="store_true", help="print JSON to stdout, no table")
+    parser.add_argument(
+        "--verbose", action="store_true", help="also print every example's full report"
+    )
+    _add_run_options(parser)
+    parser.set_defaults(run=run_demo_command)
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    from moco_ref.report.demo import (
+        DemoError,
+        find_manifest,
+        load_manifest,
+        run_demo,
+        scoreboard_rows,
+        surprise_details,
+    )
+    from moco_ref.report.formats import dumps_strict, print_reports
+
+    if args.timeout <= 0 or args.jobs < 1:
+        return _usage_error("--timeout must be > 0 and --jobs ≥ 1")
+    _apply_isolation(args)
+    try:
+        manifest = find_manifest(args.manifest)
+        examples = load_manifest(manifest)
+    except DemoError as exc:
+        return _usage_error(str(exc))
+    options = _options_from(args)
+    if not args.json:
+        print(f"grading {len(examples)} example submissions from {manifest} "
+              f"({args.jobs} at a time)", file=sys.stderr, flush=True)
+    outcomes = run_demo(examples, options, jobs=args.jobs)
+    all_expected = all(outcome.as_expected for outcome in outcomes)
+    rows = scoreboard_rows(outcomes, manifest.parent)
+    if args.json:
+        print(dumps_strict({
+            "manifest": str(manifest),
+            "all_as_expected": all_expected,
+            "examples": [
+                {"example": row[0], "bug": row[1], "expected": row[2], "actual": row[3],
+                 "as_expected": outcome.as_expected, "report": outcome.report.to_dict()}
+                for row, outcome in zip(rows, outcomes, strict=True)
+            ],
+        }))
+        return EXIT_OK if all_expected else EXIT_BELOW
+    if args.verbose:
+        print_reports([outcome.report for outcome in outcomes], options)
+    _print_scoreboard(rows)
+    for outcome in outcomes:
+        if not outcome.as_expected:
+            print("\n".join(surprise_details(outcome)))
+    matched = sum(outcome.as_expected for outcome in outcomes)
+    print(f"{matched}/{len(outcomes)} verdicts as expected")
+    return EXIT_OK if all_expected else EXIT_BELOW
+
+
+def _print_scoreboard(rows: list[tuple[str, ...]]) -> None:
+    headers = ("example", "bug", "expected", "actual", "verdict")
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+    except ImportError:
+        widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+        for row in (headers, *rows):
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        return
+    console = _table_console(Console)
+    table = Table(title="moco-ref demo: example submissions")
+    for header in headers:
+        table.add_column(header, no_wrap=header in ("expected", "verdict"))
+    for row in rows:
+        style = "green" if row[-1] == "as expected" else "bold red"
+        table.add_row(*(Text(cell) for cell in row[:-1]), Text(row[-1], style=style))
+    console.print(table)
+
+
+def _table_console(console_type):
+    """A rich console for the summary tables: the terminal's width, or 160 columns when the
+    output is piped, so that rows are not wrapped to 80."""
+    console = console_type(highlight=False)
+    return console if console.is_terminal else console_type(highlight=False, width=160)

@@ -1,0 +1,59 @@
+"""The ``moco-ref`` command line. Each subcommand lives in its own module and registers
+itself here with ``add_parser(subparsers)``; the parser's ``run`` default does the work."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from moco_ref import __version__
+from moco_ref.cli import golden as golden_cli
+from moco_ref.cli import grade as grading_cli
+from moco_ref.cli import refactor as refactor_cli
+from moco_ref.cli import train as training_cli
+
+
+def _add_walk(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "walk", help="narrate one MoCo step on a 4-slot dictionary (seed page P17)"
+    )
+    parser.add_argument("--order", choices=("paper", "lab"), default="paper")
+    parser.add_argument("--out", default=None, help="also draw the walk as a figure (PNG)")
+    parser.set_defaults(run=_run_walk)
+
+
+def _run_walk(args: argparse.Namespace) -> int:
+    from moco_ref.tools.walk import run_walk
+
+    walk = run_walk(args.order)
+    print(walk.text())
+    if args.out:
+        from moco_ref.tools.walk_figure import save_walk_figure
+
+        print(f"figure written to {save_walk_figure(walk, args.out)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="moco-ref",
+        description="moco-ref: the MoCo reference implementation and the grader that holds "
+        "other MoCo code to it.",
+    )
+    parser.add_argument("--version", action="version", version=f"moco-ref {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_walk(subparsers)
+    grading_cli.add_parsers(subparsers)  # grade, demo
+    golden_cli.add_parser(subparsers)
+    refactor_cli.add_parsers(subparsers)  # record, compare
+    training_cli.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""pytest plugin (entry point ``pytest11: moco_ref``): run the grader's checks as tests.
+
+    pytest --moco-impl=path/to/moco.py            # or a notebook, or pkg.module
+    pytest --moco-impl=pkg.moco -k I3             # test ids are check ids
+
+The implementation is observed once per session, in a child process, by the same runner as
+``moco-ref grade``; each check becomes one test item reporting that check's verdict: failed,
+error or timeout → a failure with the check's message; not applicable → skipped with the
+reason. A check that did not run is never reported as passed. Without ``--moco-impl`` the
+plugin does nothing (and imports nothing heavy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+COLLECTOR_NAME = "moco-ref"
+_REPORT_KEY = pytest.StashKey[object]()
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("moco-ref", "MoCo conformance checks (moco-ref)")
+    group.addoption(
+        "--moco-impl",
+        metavar="PATH_OR_MODULE",
+        default=None,
+        help="grade this MoCo implementation (.py, .ipynb or pkg.module): one test per check",
+    )
+    group.addoption("--moco-style", default=None, choices=("lab", "components", "builder"),
+                    help="style of the implementation (default: detected)")
+    group.addoption("--moco-temperature", type=float, default=None,
+                    help="temperature to judge with (default 0.2)")
+    group.addoption("--moco-timeout", type=float, default=None,
+                    help="wall-clock seconds for observing the implementation (default 60)")
+    group.addoption("--moco-seed", type=int, default=None, help="probe seed (default 0)")
+    group.addoption("--moco-execute-all-cells", action="store_true", default=False,
+                    help="notebooks: run every cell, not only definitions")
+
+
+def _options(config):
+    from moco_ref.observe.options import GradeOptions
+
+    chosen = {
+        "style": config.getoption("moco_style"),
+        "temperature": config.getoption("moco_temperature"),
+        "timeout": config.getoption("moco_timeout"),
+        "seed": config.getoption("moco_seed"),
+        "execute_all_cells": config.getoption("moco_execute_all_cells"),
+    }
+    return GradeOptions(**{key: value for key, value in chosen.items() if value is not None})
+
+
+def _target(config) -> str:
+    raw = config.getoption("moco_impl")
+    relative = Path(config.invocation_params.dir) / raw
+    return str(relative) if relative.exists() else raw
+
+
+def pytest_report_header(config):
+    if config.getoption("moco_impl"):
+        return f"moco-ref: checking the MoCo implementation {config.getoption('moco_impl')}"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k / -m deselect, so they apply to our items
+def pytest_collection_modifyitems(session, config, items) -> None:
+    if not config.getoption("moco_impl"):
+        return
+    target = _target(config)
+    path = Path(target).resolve() if Path(target).exists() else session.path
+    collector = MocoImplementation.from_parent(
+        session, name=COLLECTOR_NAME, nodeid=COLLECTOR_NAME, path=path
+    )
+    collected = list(collector.collect())
+    # Reported like any collection, so the terminal's counts include the checks.
+    session.ihook.pytest_collectreport(
+        report=pytest.CollectReport(collector.nodeid, "passed", None, collected)
+    )
+    items.extend(collected)
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    report = config.stash.get(_REPORT_KEY, None)
+    if report is None:
+        return
+    from moco_ref.report.formats import header_lines
+
+    terminalreporter.section("moco-ref")
+    for line in header_lines(report):
+        terminalreporter.write_line(line)
+
+
+class MocoImplementation(pytest.Collector):
+    """Observes and judges the implementation once; yields one item per check."""
+
+    def collect(self):
+        from moco_ref.sandbox.runner import grade_submission
+
+        options = _options(self.config)
+        report = grade_submission(_target(self.config), options)
+        self.config.stash[_REPORT_KEY] = report
+        results = list(report.results)
+        if not report.gradable:
+            results = _not_gradable_results(report, options)
+        else:
+            results += _unjudged_results(report, options)
+        for result in results:
+            yield CheckItem.from_parent(
+                self, name=result.check_id, result=result, report=report, options=options
+            )
+
+
+class CheckItem(pytest.Item):
+    def __init__(self, *, result, report, options, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.result = result
+        self.report = report
+        self.options = options
+        self.extra_keyword_matches.add(result.family)
+        from moco_ref.judge.results import Status
+
+        if result.status is Status.NOT_APPLICABLE:  # skipped at the check, not in this file
+            reason = result.message or f"not applicable to style {report.style}"
+            self.add_marker(pytest.mark.skip(reason=f"{result.check_id}: {reason}"))
+
+    def runtest(self) -> None:
+        from moco_ref.judge.results import Status
+
+        status = self.result.status
+        if status is Status.PASSED:
+            return
+        if status is Status.NOT_APPLICABLE:
+            pytest.skip(self.result.message or f"not applicable to style {self.report.style}")
+        raise CheckNotPassed(self.result)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, CheckNotPassed):
+            from moco_ref.report.scoring import rerun_command
+
+            result = self.result
+            return (
+                f"{result.check_id} [{result.family}] {result.status.value}: {result.title}\n"
+                f"{result.message}\n"
+                f"rerun: {rerun_command(self.report.submission, result.check_id, self.options)}"
+            )
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, 0, f"moco-ref check {self.result.check_id}: {self.result.title}"
+
+
+class CheckNotPassed(Exception):
+    def __init__(self, result) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+def _specs(style):
+    try:
+        from moco_ref.judge.registry import all_checks
+
+        return list(all_checks(style))
+    except Exception:  # noqa: BLE001 - without a registry there is nothing to list
+        return []
+
+
+def _not_gradable_results(report, options):
+    """Every check the implementation would have faced fails with the traceback."""
+    from moco_ref.judge.results import CheckResult, Status
+
+    style = report.style if report.style != "unknown" else None
+    message = f"the implementation is not gradable:\n{report.traceback}"
+    specs = [spec for spec in _specs(style) if options.selects(spec.check_id)]
+    if not specs:
+        return [CheckResult("not-gradable", "the implementation loads and runs", "contract",
+                            0.0, Status.ERROR, message)]
+    return [
+        CheckResult(spec.check_id, spec.title, spec.family, spec.points, Status.ERROR, message)
+        for spec in specs
+    ]
+
+
+def _unjudged_results(report, options):
+    """Checks of the style that the judge returned no verdict for fail rather than vanish."""
+    from moco_ref.judge.results import CheckResult, Status
+
+    judged = {result.check_id for result in report.results}
+    return [
+        CheckResult(spec.check_id, spec.title, spec.family, spec.points, Status.ERROR,
+                    "the judge returned no verdict for this check")
+        for spec in _specs(report.style)
+        if spec.check_id not in judged and options.selects(spec.check_id)
+    ]

@@ -1,0 +1,64 @@
+"""``moco-ref record PATH --out run.json`` and ``moco-ref compare A.json B.json``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parsers(subparsers) -> None:
+    record = subparsers.add_parser(
+        "record", help="run a submission on the grader's fixed probe and save its trajectory")
+    record.add_argument("target", help="a .py file, a notebook or a module path")
+    record.add_argument("--out", required=True, type=Path, help="trajectory JSON to write")
+    record.add_argument("--style", choices=("lab", "components", "builder"), default=None)
+    record.add_argument("--seed", type=int, default=0)
+    record.add_argument("--timeout", type=float, default=120.0)
+    record.set_defaults(run=run_record)
+    compare = subparsers.add_parser(
+        "compare", help="name the first step where two recorded trajectories differ")
+    compare.add_argument("a", type=Path)
+    compare.add_argument("b", type=Path)
+    compare.add_argument("--rtol", type=float, default=0.0, help="default: bitwise")
+    compare.add_argument("--atol", type=float, default=0.0)
+    compare.set_defaults(run=run_compare)
+
+
+def run_record(args: argparse.Namespace) -> int:
+    from moco_ref.observe.options import GradeOptions
+    from moco_ref.sandbox import runner
+    from moco_ref.tools import refactor_guard
+
+    options = GradeOptions(style=args.style, seed=args.seed, timeout=args.timeout)
+    record = runner.observe_sandboxed(args.target, options)
+    if not record.get("gradable") or record.get("missing"):
+        why = record.get("traceback") or "; ".join(
+            f"{part}: {reason}" for part, reason in record.get("missing", {}).items())
+        print(f"moco-ref record: {args.target} could not be observed:\n{why}", file=sys.stderr)
+        return 1
+    trajectory = refactor_guard.trajectory_from_observations(
+        record["observations"], record["style"], args.target)
+    refactor_guard.save(trajectory, args.out)
+    steps = len(trajectory.get("steps", []))
+    print(f"recorded {args.target} ({record['style']}"
+          + (f", {steps} steps" if steps else "") + f") to {args.out}")
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from moco_ref.tools import refactor_guard
+
+    try:
+        a, b = refactor_guard.load(args.a), refactor_guard.load(args.b)
+        divergence = refactor_guard.compare(a, b, rtol=args.rtol, atol=args.atol)
+    except (ValueError, KeyError) as error:
+        print(f"moco-ref compare: {error}", file=sys.stderr)
+        return 2
+    tolerance = "bitwise" if args.rtol == args.atol == 0 else \
+        f"rtol {args.rtol:g}, atol {args.atol:g}"
+    if divergence is None:
+        print(f"identical within tolerance ({tolerance})")
+        return 0
+    print(f"{divergence} ({tolerance})")
+    return 1

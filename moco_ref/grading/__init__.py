@@ -1,1 +1,0 @@
-"""Running submissions in isolation, scoring them, and writing reports."""

@@ -1,0 +1,315 @@
+"""From a ``builder`` observation record to the evidence the checks judge (grader's process).
+
+The record (``builder_probe``) holds, per training step, the encoders' forwards in the order
+they happened, the queue buffer and ``queue_ptr`` before and after the forward, the returned
+logits and labels, and parameter snapshots. ``BuilderEvidence`` turns it into *steps* (the
+query's and the key's raw outputs in image order, the parameters at the key forward, the
+buffer's columns as ``[K, dim]`` rows) and then, lazily, into the three analyses the checks
+read, each computed by ``invariants``:
+
+- ``columns``: what every buffer column is a copy of after each step (I2, I3);
+- ``ema``: the EMA fitted to the key-parameter snapshots: m, which θq, the order (I6, I7);
+- ``logits``: the form of the returned logits: T, normalization, which queue (I8, I9).
+
+Nothing the module says about itself is trusted: its ``T``/``m`` attributes are only named
+in messages, every value is recomputed from recorded tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+from moco_ref.judge.assertions import SubmissionError
+from moco_ref.judge.invariants import (
+    ColumnTrace,
+    KeyUpdate,
+    LogitsFit,
+    StepLogits,
+    analyse_key_updates,
+    arrival_labels,
+    describe_logits_form,
+    identify_logits_form,
+    initial_labels,
+    trace_columns,
+)
+from moco_ref.observe.builder_probe import BuilderProbe
+from moco_ref.observe.options import GradeOptions
+
+QUERY_VIEW, KEY_VIEW = 0, 1
+
+
+@dataclass
+class BuilderStep:
+    """One training step (one ``forward`` + backward + optimizer step) as observed."""
+
+    index: int
+    q: torch.Tensor  # [B, dim] float64 encoder_q's raw output, im_q row order
+    k: torch.Tensor  # [B, dim] float64 encoder_k's raw output, im_k row order (unshuffled)
+    key_grad_enabled: bool
+    key_has_grad_fn: bool
+    key_params: torch.Tensor  # [P] float64 θk at the key forward
+    query_params: torch.Tensor  # [P] float64 θq at the key forward
+    logits: torch.Tensor  # [B, 1 + K] float64 as returned
+    labels: torch.Tensor  # [B] as returned
+    queue_before: torch.Tensor | None  # [K, dim] float64, one row per buffer column
+    queue_after: torch.Tensor | None  # [K, dim] after the forward
+    ptr_before: int | None
+    ptr_after: int | None
+    key_grads: list[bool]  # per key parameter: .grad set after backward
+    key_event: int  # index of the key forward among the step's forwards
+
+
+def _pointer(value) -> int | None:
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        return int(value.reshape(-1)[0])
+    return None
+
+
+def _as_float64(value) -> torch.Tensor:
+    return value.to(torch.float64) if isinstance(value, torch.Tensor) else value
+
+
+class BuilderEvidence:
+    """Everything the ``builder`` checks judge, built from one observation record."""
+
+    style = "builder"
+
+    def __init__(self, observations: dict, options: GradeOptions) -> None:
+        self.options = options
+        self.record = observations
+        self.probe = BuilderProbe.from_dict(observations.get("probe", {}))
+        self.warmup = {}
+
+    # ----------------------------------------------------------------- runs
+
+    def require_run(self, which: str = "run") -> dict:
+        """The training record (``"run"``, or ``"mlp"`` for the ``mlp=True`` run); raises
+        ``SubmissionError`` with the submission's traceback when it failed."""
+        if not self.record.get("defined", False) or self.record.get("error"):
+            raise SubmissionError(self.record.get("error") or "MoCo is not defined")
+        run = self.record.get(which) or {}
+        if run.get("error"):
+            p = self.probe
+            call = (f"MoCo(base_encoder, dim={p.dim}, K={p.K}, m={p.m:g}, T={p.T:g}, "
+                    f"mlp={run.get('mlp', False)})")
+            stage = run.get("stage", "")
+            if stage == "construct":
+                raise SubmissionError(f"{call} raised:\n{run['error']}")
+            if stage == "optimizer":
+                raise SubmissionError(f"torch.optim.SGD(model.parameters()) raised for {call}:\n"
+                                      f"{run['error']}")
+            raise SubmissionError(f"{call} was built, but training it raised at {stage} "
+                                  f"(forward, loss.backward() or optimizer.step()):\n"
+                                  f"{run['error']}")
+        return run
+
+    @property
+    def module(self) -> dict:
+        return self.require_run().get("module", {})
+
+    @property
+    def temperature(self) -> float:
+        """The T the module was built with (``--temperature``)."""
+        return self.probe.T
+
+    @property
+    def momentum(self) -> float:
+        """The m the module was built with (``--expect-m`` when pinned)."""
+        return self.probe.m
+
+    # ----------------------------------------------------------------- buffer layout
+
+    @cached_property
+    def queue_layout(self) -> str:
+        """``"dim-first"`` (the official ``[dim, K]``) or ``"rows"`` (``[K, dim]``)."""
+        queue = self.require_run()["initial"].get("queue")
+        p = self.probe
+        if not isinstance(queue, torch.Tensor) or not queue.is_floating_point():
+            raise SubmissionError(
+                f"the module has no float tensor `queue` (expected a buffer [dim, K] = "
+                f"[{p.dim}, {p.K}]); its queue is {self.module.get('queue')}")
+        if list(queue.shape) == [p.dim, p.K]:
+            return "dim-first"
+        if list(queue.shape) == [p.K, p.dim]:
+            return "rows"
+        raise SubmissionError(
+            f"the module's queue has shape {list(queue.shape)}; built with dim={p.dim}, "
+            f"K={p.K} it must be [dim, K] = [{p.dim}, {p.K}]")
+
+    def columns_of(self, queue) -> torch.Tensor | None:
+        """The buffer as ``[K, dim]`` float64, one row per column of the official layout."""
+        if not isinstance(queue, torch.Tensor):
+            return None
+        queue = queue.to(torch.float64)
+        return queue.T if self.queue_layout == "dim-first" else queue
+
+    # ----------------------------------------------------------------- steps
+
+    @cached_property
+    def steps(self) -> list[BuilderStep]:
+        run = self.require_run()
+        steps = [self._step(t, record) for t, record in enumerate(run["steps"])]
+        if not steps:
+            raise SubmissionError("the module was built but no training step was recorded")
+        return steps
+
+    def _aligned(self, event: dict, view: int, t: int, who: str) -> torch.Tensor:
+        """The event's output rows put back in the order of the step's images."""
+        views, rows, output = event["views"], event["rows"], event["output"]
+        batch = self.probe.batch
+        if len(rows) != batch or not bool((views == view).all()) or sorted(
+                rows.tolist()) != list(range(batch)):
+            raise SubmissionError(
+                f"at step {t} {who} did not run once on the {batch} images of "
+                f"{'im_q' if view == QUERY_VIEW else 'im_k'}: the grader cannot pair queries "
+                "with their keys")
+        aligned = torch.empty_like(output, dtype=torch.float64)
+        aligned[rows] = output.to(torch.float64)
+        return aligned
+
+    @staticmethod
+    def _on_view(event: dict, role: str, view: int) -> bool:
+        views = event["views"]
+        return event["role"] == role and len(views) > 0 and bool((views == view).all())
+
+    def _step(self, t: int, record: dict) -> BuilderStep:
+        events = record["events"]
+        queries = [i for i, e in enumerate(events) if self._on_view(e, "q", QUERY_VIEW)]
+        keys = [i for i, e in enumerate(events) if self._on_view(e, "k", KEY_VIEW)]
+        if not queries:
+            raise SubmissionError(f"at step {t} encoder_q never ran on im_q (forwards seen: "
+                                  f"{[e['role'] for e in events]})")
+        if not keys:
+            raise SubmissionError(f"at step {t} encoder_k never ran on im_k (forwards seen: "
+                                  f"{[e['role'] for e in events]})")
+        query, key = events[queries[0]], events[keys[-1]]
+        before, after = record["before"], record["after_forward"]
+        return BuilderStep(
+            index=t,
+            q=self._aligned(query, QUERY_VIEW, t, "encoder_q"),
+            k=self._aligned(key, KEY_VIEW, t, "encoder_k"),
+            key_grad_enabled=bool(key["grad_enabled"]),
+            key_has_grad_fn=bool(key["has_grad_fn"]),
+            key_params=_as_float64(key["params_k"]),
+            query_params=_as_float64(key["params_q"]),
+            logits=record["logits"].to(torch.float64),
+            labels=record["labels"],
+            queue_before=self.columns_of(before.get("queue")),
+            queue_after=self.columns_of(after.get("queue")),
+            ptr_before=_pointer(before.get("queue_ptr")),
+            ptr_after=_pointer(after.get("queue_ptr")),
+            key_grads=list(record.get("key_grads", [])),
+            key_event=keys[-1],
+        )
+
+    @property
+    def initial_query_params(self) -> torch.Tensor:
+        return _as_float64(self.require_run()["initial"]["params_q"])
+
+    # ----------------------------------------------------------------- I2, I3
+
+    def arrivals(self, step: BuilderStep) -> dict[str, torch.Tensor]:
+        """The vectors a column written at ``step`` may be a copy of, by kind ``[B, dim]``."""
+        normalize = torch.nn.functional.normalize
+        return {"key": normalize(step.k, dim=1), "raw key": step.k,
+                "query": normalize(step.q, dim=1), "raw query": step.q}
+
+    @cached_property
+    def columns(self) -> list[ColumnTrace]:
+        """What each buffer column is a copy of after each step (labels as in ``buffer``)."""
+        p = self.probe
+        first = self.steps[0]
+        if first.queue_before is None:
+            raise SubmissionError("the module has no queue buffer to follow")
+        labels = initial_labels(p.K, (first.ptr_before or 0) % p.K)  # no pointer: from 0
+        traces = []
+        for step in self.steps:
+            if step.queue_before is None or step.queue_after is None:
+                raise SubmissionError(f"at step {step.index} the module had no queue buffer")
+            trace = trace_columns(step.queue_before, labels, step.queue_after,
+                                  self.arrivals(step), arrival_labels(p.K, p.batch, step.index))
+            traces.append(trace)
+            labels = trace.labels
+        return traces
+
+    # ----------------------------------------------------------------- I6, I7
+
+    @cached_property
+    def segments(self) -> list[tuple[str, slice]]:
+        layout = self.module.get("layout_q") or []
+        segments, start = [], 0
+        for entry in layout:
+            segments.append((entry["name"], slice(start, start + int(entry["numel"]))))
+            start += int(entry["numel"])
+        if self.module.get("layout_k") != layout:
+            raise SubmissionError("encoder_q and encoder_k do not have the same parameters, so "
+                                  "the key encoder cannot follow the query encoder by EMA")
+        return segments
+
+    def _key_snapshots_between(self, t: int) -> list[torch.Tensor]:
+        """θk snapshots from the key forward of step t − 1 to that of step t, in time order
+        (both ends excluded)."""
+        records = self.require_run()["steps"]
+        previous, now = records[t - 1], records[t]
+        snapshots = [e["params_k"] for e in previous["events"][self.steps[t - 1].key_event + 1:]]
+        snapshots += [previous["after_forward"]["params_k"], previous["after_step"]["params_k"],
+                      now["before"]["params_k"]]
+        snapshots += [e["params_k"] for e in now["events"][: self.steps[t].key_event]]
+        return [_as_float64(s) for s in snapshots if isinstance(s, torch.Tensor)]
+
+    @cached_property
+    def ema(self):
+        steps = self.steps
+        updates = []
+        for t in range(1, len(steps)):
+            previous, now = steps[t - 1], steps[t]
+            before = previous.key_params
+            for snapshot in reversed(self._key_snapshots_between(t)):
+                if not torch.equal(snapshot, now.key_params):
+                    before = snapshot
+                    break
+            updates.append(KeyUpdate(t, previous.key_params, before, now.key_params,
+                                     now.query_params, previous.query_params))
+        return analyse_key_updates(updates, self.segments)
+
+    # ----------------------------------------------------------------- I8, I9
+
+    @cached_property
+    def logit_steps(self) -> list[StepLogits]:
+        steps = []
+        for step in self.steps:
+            if step.queue_before is None or step.queue_after is None:
+                raise SubmissionError(f"at step {step.index} the module had no queue buffer")
+            steps.append(StepLogits(step.q, step.k, step.logits,
+                                    {"before": step.queue_before, "after": step.queue_after}))
+        return steps
+
+    @cached_property
+    def logits(self) -> LogitsFit:
+        return identify_logits_form(self.logit_steps, self.temperature)
+
+    # ----------------------------------------------------------------- report
+
+    def inferred(self) -> dict:
+        """Values inferred from the trace, for the report (best effort, never raises)."""
+        p = self.probe
+        found: dict = {"dim": p.dim, "K": p.K, "batch_size": p.batch}
+        for name, getter in (
+            ("steps", lambda: len(self.steps)),
+            ("m", lambda: None if self.ema.m is None else round(self.ema.m, 6)),
+            ("order", lambda: {"lab": "official (EMA in forward, before the key forward)"}.get(
+                self.ema.order, self.ema.order)),
+            ("temperature", lambda: self.logits.temperature),
+            ("logits_form", lambda: describe_logits_form(self.logits.form)),
+            ("module_T", lambda: self.module.get("attributes", {}).get("T")),
+            ("queue_layout", lambda: self.queue_layout),
+            ("process_group", lambda: self.record.get("environment", {}).get("process_group")),
+        ):
+            try:
+                found[name] = getter()
+            except Exception:  # noqa: BLE001 - a missing value is reported by its check
+                continue
+        return found

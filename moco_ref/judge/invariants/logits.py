@@ -1,0 +1,148 @@
+"""I8 and I9 on the logits a module *returns* (the ``builder`` style), on plain tensors.
+
+The expected logits of a step are the reference's ``form_logits`` (``loss.py``: the reference
+form is ``contrastive_logits`` ``[q·k⁺, q·queue]/T``) from the recorded raw encoder outputs
+and a recorded queue buffer; a mistaken form changes one choice (``LossForm``'s
+``temperature``, ``normalize`` and ``negatives``; no ids, so no mask). The form that explains
+the observed logits of every step is found by trying them all; if none does at the given T,
+T itself is fitted (in closed form: the logits are linear in 1/T).
+
+Negatives are compared as a set per row (sorted): the loss does not depend on the order of
+the negative columns, so a module may lay its queue out in any order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+
+from moco_ref.judge.invariants.loss import (
+    FORM_TEXT,
+    REFERENCE_FORM,
+    LossForm,
+    StepwiseFit,
+    form_logits,
+)
+
+LOGITS_TOLERANCE = 1e-4  # max-abs error relative to max(1, largest expected logit)
+BUILDER_FORM = replace(REFERENCE_FORM, mask="none")  # no ids: nothing to mask
+BUILDER_CHOICES: dict[str, tuple[str, ...]] = {
+    "temperature": ("divide", "multiply", "positive-undivided"),
+    "normalize": ("both", "q-raw", "k-raw"),
+    "negatives": ("before", "after"),
+}
+
+
+def describe_logits_form(form: LossForm) -> str:
+    """What ``form`` computes, in words (the mask, absent without ids, is not mentioned)."""
+    changed = [FORM_TEXT[(name, value)] for name, value in form.differences().items()
+               if name != "mask"]
+    return "; ".join(changed) if changed else "the reference logits [q·k⁺, q·queue]/T"
+
+
+@dataclass
+class StepLogits:
+    """One step as observed: raw encoder outputs, the returned logits, the buffer's columns."""
+
+    q: torch.Tensor  # [B, d] encoder_q's raw output, im_q row order
+    k: torch.Tensor  # [B, d] encoder_k's raw output, im_k row order (row i: query i's positive)
+    logits: torch.Tensor  # [B, 1 + n] as returned
+    negatives: dict[str, torch.Tensor]  # "before"/"after" the step: the queue's columns [n, d]
+
+
+def expected_logits(form: LossForm, step: StepLogits, temperature: float) -> torch.Tensor:
+    """``[B, 1 + n]`` float64 logits of ``form`` at ``step``."""
+    q = step.q.to(torch.float64)
+    k = step.k.to(torch.float64)
+    if form.normalize != "q-raw":
+        q = F.normalize(q, dim=1)
+    if form.normalize != "k-raw":
+        k = F.normalize(k, dim=1)
+    negatives = step.negatives[form.negatives].to(torch.float64)
+    logits, _ = form_logits(form, q, k, negatives, None, None, temperature)
+    return logits
+
+
+def _canonical(logits: torch.Tensor) -> torch.Tensor:
+    """Positive column first, then each row's negatives sorted: order-free comparison."""
+    logits = logits.to(torch.float64)
+    return torch.cat([logits[:, :1], logits[:, 1:].sort(dim=1).values], dim=1)
+
+
+def logits_error(observed: torch.Tensor, expected: torch.Tensor) -> float:
+    """Max-abs difference of the canonical forms, relative to max(1, largest expected logit);
+    inf when the shapes differ or the observed logits are not finite."""
+    if observed.shape != expected.shape or not bool(torch.isfinite(observed).all()):
+        return math.inf
+    scale = max(1.0, float(expected.abs().max()))
+    return float((_canonical(observed) - _canonical(expected)).abs().max()) / scale
+
+
+@dataclass
+class LogitsFit(StepwiseFit):
+    """The form and temperature that explain the observed logits, step by step."""
+
+    tolerance: float = LOGITS_TOLERANCE
+    temperature_fitted: bool = False
+
+
+def candidate_forms() -> list[LossForm]:
+    """The reference's form and every combination of the choices a module can get wrong."""
+    names = list(BUILDER_CHOICES)
+    return [replace(BUILDER_FORM, **dict(zip(names, values)))
+            for values in itertools.product(*BUILDER_CHOICES.values())]
+
+
+def form_errors(form: LossForm, steps: Sequence[StepLogits], temperature: float) -> list[float]:
+    return [logits_error(s.logits, expected_logits(form, s, temperature)) for s in steps]
+
+
+def fit_temperature(form: LossForm, steps: Sequence[StepLogits]) -> float | None:
+    """Least-squares T with ``observed ≈ (logits of form at T = 1) / T`` (``form`` divides);
+    None when the logits carry no information or T would not be positive."""
+    numerator = denominator = 0.0
+    for step in steps:
+        if not bool(torch.isfinite(step.logits).all()):
+            return None
+        raw = expected_logits(form, step, 1.0)
+        if raw.shape != step.logits.shape:
+            return None
+        observed, raw = _canonical(step.logits), _canonical(raw)
+        numerator += float((observed * raw).sum())
+        denominator += float((raw * raw).sum())
+    if denominator == 0.0 or numerator <= 0.0:
+        return None
+    return denominator / numerator
+
+
+def identify_logits_form(
+    steps: Sequence[StepLogits], temperature: float, *, tolerance: float = LOGITS_TOLERANCE
+) -> LogitsFit:
+    """The form explaining the most steps at ``temperature`` (ties: the smaller summed error,
+    then the fewest differences from the reference); if none explains every step, the best
+    dividing form at a fitted T, when that explains more."""
+    def score(errors: list[float], form: LossForm):
+        return (sum(e <= tolerance for e in errors), -sum(min(e, 10.0) for e in errors),
+                -len(form.differences()))
+
+    evaluated = [(form, form_errors(form, steps, temperature)) for form in candidate_forms()]
+    form, errors = max(evaluated, key=lambda pair: score(pair[1], pair[0]))
+    best = LogitsFit(form, temperature, errors, tolerance)
+    if best.all_match:
+        return best
+    for candidate in candidate_forms():
+        if candidate.temperature != "divide":
+            continue
+        t = fit_temperature(candidate, steps)
+        if t is None:
+            continue
+        t = float(f"{t:.6g}")
+        fitted = LogitsFit(candidate, t, form_errors(candidate, steps, t), tolerance, True)
+        if score(fitted.errors, candidate) > score(best.errors, best.form):
+            best = fitted
+    return best

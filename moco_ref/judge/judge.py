@@ -1,0 +1,82 @@
+"""The judging side: runs in the grader's process on an observation record.
+
+``judge(observations, style, options)`` builds the evidence for the style, runs every
+selected check that applies to it, and reports the others as not applicable. A check that
+raises something unexpected is an error of that check alone, with the grader's own
+traceback, never a crash of the grading run.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+from moco_ref.judge.assertions import CheckFailure, NotExercised, SubmissionError
+from moco_ref.judge.builder_evidence import BuilderEvidence
+from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
+from moco_ref.judge.registry import CheckSpec, all_checks, not_applicable_reason
+from moco_ref.judge.results import CheckResult, Status
+from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.threads import one_thread
+
+EVIDENCE = {"lab": LabEvidence, "components": ComponentsEvidence, "builder": BuilderEvidence}
+
+
+def judge(
+    observations: dict, style: str, options: GradeOptions
+) -> tuple[list[CheckResult], dict]:
+    """Every selected check's verdict on ``observations``, and the values inferred from them
+    (m, capacity, batch size, order, …)."""
+    with one_thread():
+        return _judge(observations, style, options)
+
+
+def _judge(observations: dict, style: str, options: GradeOptions):
+    evidence, broken = None, ""
+    if style in EVIDENCE:
+        try:
+            evidence = EVIDENCE[style](observations, options)
+        except Exception:  # noqa: BLE001 - a malformed record is every check's error
+            broken = "the observation record could not be read:\n" + traceback.format_exc()
+    results = []
+    for spec in all_checks():
+        if not options.selects(spec.check_id):
+            continue
+        if not spec.applies_to(style):
+            results.append(_result(spec, Status.NOT_APPLICABLE,
+                                   not_applicable_reason(spec, style)))
+        elif evidence is None:
+            results.append(_result(spec, Status.ERROR, broken or f"style {style!r} is not judged"))
+        else:
+            results.append(run_check(spec, style, evidence))
+    inferred = {"style": style}
+    if evidence is not None:
+        inferred.update(evidence.inferred())
+    return results, inferred
+
+
+def run_check(spec: CheckSpec, style: str, evidence: object) -> CheckResult:
+    """One check on one submission's evidence."""
+    try:
+        note = spec.implementations[style](evidence)
+    except CheckFailure as failure:
+        details = {
+            "misconception": failure.misconception,
+            "where": failure.where,
+            "expected": str(failure.expected),
+            "got": str(failure.got),
+            **failure.details,
+        }
+        return _result(spec, Status.FAILED, failure.message, details)
+    except NotExercised as reason:
+        return _result(spec, Status.NOT_APPLICABLE, str(reason))
+    except SubmissionError as error:
+        return _result(spec, Status.ERROR, str(error))
+    except Exception:  # noqa: BLE001 - a grader bug must not take the other checks down
+        return _result(spec, Status.ERROR,
+                       "the grader could not judge this check:\n" + traceback.format_exc())
+    return _result(spec, Status.PASSED, note or "")
+
+
+def _result(spec: CheckSpec, status: Status, message: str, details: dict | None = None):
+    return CheckResult(spec.check_id, spec.title, spec.family, spec.points, status, message,
+                       dict(details or {}))

@@ -1,0 +1,352 @@
+"""The ``builder`` probe: runs INSIDE the submission's process and records what an
+official-style ``MoCo(base_encoder, dim, K, m, T, mlp)`` module does when trained.
+
+The grader supplies ``base_encoder(num_classes=dim)`` — ``ProbeEncoder``, a tiny conv → BN →
+ReLU → pool → ``.fc`` net on ``[B, 3, 8, 8]`` images, with a forward hook that records every
+forward of it or of any copy of it (which encoder ran, on which image rows, with autograd on
+or off, its raw output, both encoders' parameters at that moment). It builds the module with
+its own small ``dim``, ``K``, ``m``, ``T`` and runs the official training loop itself:
+
+    logits, labels = model(im_q, im_k); loss = cross_entropy(logits, labels)
+    optimizer.zero_grad(); loss.backward(); optimizer.step()   # SGD over model.parameters()
+
+recording per step the queue buffer and ``queue_ptr`` before and after, the logits and labels,
+both encoders' parameters before the forward, after it and after the optimizer step, and
+which key parameters received ``.grad``. A second, shorter run builds it with ``mlp=True``.
+
+It all runs inside a one-process ``torch.distributed`` group with ``.cuda()`` mapped to the CPU
+(``builder_env``). Nothing here judges; everything recorded is plain data.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from moco_ref.observe.builder_env import cuda_on_cpu, one_process_group
+from moco_ref.observe.lab_probe import flat_parameters, parameter_layout
+from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.threads import one_thread
+
+IMAGE_SHAPE = (3, 8, 8)
+WIDTH = 16  # channels of the probe encoder, = the input width of its .fc
+FC_GAIN = 4.0  # raw outputs of norm ≫ 1, so a missing L2 normalization is visible
+UNTRACED = -1
+
+
+@dataclass(frozen=True)
+class BuilderProbe:
+    """What the grader builds the module with and how long it trains it. K is a multiple of
+    the batch (the official module asserts it) and ``steps · batch > K``, so the queue wraps
+    and the keys of the first steps are dropped again."""
+
+    dim: int = 16
+    K: int = 48
+    batch: int = 8
+    steps: int = 10
+    m: float = 0.9
+    T: float = 0.2
+    lr: float = 0.5
+    seed: int = 0
+    mlp_steps: int = 2
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BuilderProbe:
+        """The probe a record names; defaults for what it does not name (e.g. the
+        placeholder of an observation that never finished)."""
+        defaults = asdict(cls())
+        return cls(**{name: type(default)(data[name]) for name, default in defaults.items()
+                      if name in data})
+
+
+def default_builder_probe(options: GradeOptions) -> BuilderProbe:
+    """The probe for ``options``: T is ``--temperature``, m is ``--expect-m`` when pinned."""
+    probe = BuilderProbe(T=float(options.temperature), seed=int(options.seed))
+    return probe if options.expect_m is None else replace(probe, m=float(options.expect_m))
+
+
+# --------------------------------------------------------------------------- encoder
+
+
+class ProbeEncoder(nn.Module):
+    """``[B, 3, 8, 8]`` → ``[B, num_classes]``: conv → BatchNorm → ReLU → pool → ``.fc``
+    (the torchvision ResNet interface MoCo code expects: the last layer is a Linear ``fc``)."""
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(IMAGE_SHAPE[0], WIDTH, 3, padding=1),
+            nn.BatchNorm2d(WIDTH),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+        self.fc = nn.Linear(WIDTH, num_classes)
+        with torch.no_grad():
+            self.fc.weight.mul_(FC_GAIN)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.body(images))  # [B, num_classes]
+
+
+def _row_key(row: torch.Tensor) -> bytes:
+    return row.detach().to(torch.float32).contiguous().reshape(-1).cpu().numpy().tobytes()
+
+
+class BuilderRecorder:
+    """The ``base_encoder`` factory and every forward of the encoders it made (or copies)."""
+
+    def __init__(self, probe: BuilderProbe) -> None:
+        self.probe = probe
+        self.factory_calls: list[dict] = []
+        self.model: nn.Module | None = None
+        self.events: list[dict] = []
+        self._rows: dict[bytes, tuple[int, int]] = {}
+        self._images = torch.empty(0)
+        recorder = self
+
+        def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+            # A plain function, so copy.deepcopy(encoder) keeps it (a bound method would
+            # deep-copy the recorder).
+            recorder.on_forward(module, args, output)
+
+        self._hook = hook
+
+    def base_encoder(self, num_classes: int = 1000, **kwargs) -> ProbeEncoder:
+        """What the submission calls: ``base_encoder(num_classes=dim)``."""
+        self.factory_calls.append({"num_classes": int(num_classes), "kwargs": sorted(kwargs)})
+        encoder = ProbeEncoder(int(num_classes))
+        encoder.register_forward_hook(self._hook)
+        return encoder
+
+    # ----------------------------------------------------------------- one step
+
+    def begin_step(self, im_q: torch.Tensor, im_k: torch.Tensor) -> None:
+        """Images of the step: rows of ``im_q`` are view 0, rows of ``im_k`` view 1."""
+        self.events = []
+        self._rows = {}
+        for view, images in enumerate((im_q, im_k)):
+            for row, image in enumerate(images):
+                self._rows[_row_key(image)] = (view, row)
+        self._images = torch.cat([im_q, im_k]).reshape(2 * len(im_q), -1)
+
+    def end_step(self) -> list[dict]:
+        events, self.events = self.events, []
+        return events
+
+    def _trace_rows(self, images) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(view [n], row [n])`` of every input row; −1 when it is no image of the step."""
+        if not isinstance(images, torch.Tensor) or images.ndim == 0:
+            return torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64)
+        views, rows = [], []
+        for image in images:
+            view, row = self._rows.get(_row_key(image), (UNTRACED, UNTRACED))
+            if view == UNTRACED and len(self._images):
+                flat = image.detach().to(torch.float32).reshape(1, -1).cpu()
+                if flat.shape[1] == self._images.shape[1]:
+                    distance, index = torch.cdist(flat, self._images).min(dim=1)
+                    if float(distance) < 1e-5:
+                        view, row = divmod(int(index), len(self._images) // 2)
+            views.append(view)
+            rows.append(row)
+        return torch.tensor(views, dtype=torch.int64), torch.tensor(rows, dtype=torch.int64)
+
+    def _role(self, module: nn.Module) -> str:
+        model = self.model
+        if model is not None and module is getattr(model, "encoder_q", None):
+            return "q"
+        if model is not None and module is getattr(model, "encoder_k", None):
+            return "k"
+        return "other"
+
+    def on_forward(self, module: nn.Module, args: tuple, output) -> None:
+        if not isinstance(output, torch.Tensor):
+            return
+        views, rows = self._trace_rows(args[0] if args else None)
+        self.events.append({
+            "role": self._role(module),
+            "grad_enabled": torch.is_grad_enabled(),
+            "has_grad_fn": output.grad_fn is not None,
+            "output": output.detach().to(torch.float32).cpu().clone(),  # [n, dim]
+            "views": views,
+            "rows": rows,
+            **parameters_of(self.model),
+        })
+
+
+# --------------------------------------------------------------------------- state
+
+
+def _flat(module) -> torch.Tensor | None:
+    return flat_parameters(module) if isinstance(module, nn.Module) else None
+
+
+def parameters_of(model) -> dict:
+    """Both encoders' parameters ``[P]`` (None when the module has no such encoder)."""
+    return {"params_q": _flat(getattr(model, "encoder_q", None)),
+            "params_k": _flat(getattr(model, "encoder_k", None))}
+
+
+def _buffer(model, name: str):
+    """A copy of the tensor ``model.<name>`` (a plain int, e.g. a pointer kept as a Python
+    attribute, as a one-element tensor); None when there is neither."""
+    value = getattr(model, name, None)
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return torch.tensor([value], dtype=torch.int64)
+    return None
+
+
+def state_of(model) -> dict:
+    """Parameters of both encoders, the queue buffer and the pointer, as they are now."""
+    return {**parameters_of(model), "queue": _buffer(model, "queue"),
+            "queue_ptr": _buffer(model, "queue_ptr")}
+
+
+def _describe(value) -> dict:
+    info: dict = {"type": type(value).__name__}
+    if isinstance(value, torch.Tensor):
+        info.update(shape=list(value.shape), dtype=str(value.dtype).replace("torch.", ""))
+    elif isinstance(value, (tuple, list)):
+        info.update(length=len(value), items=[_describe(v) for v in list(value)[:4]])
+    return info
+
+
+def _number(value) -> float | None:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def describe_module(model: nn.Module, recorder: BuilderRecorder) -> dict:
+    """The module's structure: encoders, buffers, attributes, parameter layouts."""
+    info: dict = {
+        "class": type(model).__name__,
+        "factory_calls": list(recorder.factory_calls),
+        "buffers": [name for name, _ in model.named_buffers()],
+        "queue": _describe(getattr(model, "queue", None)),
+        "queue_ptr": _describe(getattr(model, "queue_ptr", None)),
+        "attributes": {name: _number(getattr(model, name, None)) for name in ("T", "m", "K")},
+    }
+    for role in ("q", "k"):
+        encoder = getattr(model, f"encoder_{role}", None)
+        info[f"encoder_{role}"] = isinstance(encoder, nn.Module)
+        if isinstance(encoder, nn.Module):
+            info[f"encoder_{role}_probe"] = isinstance(encoder, ProbeEncoder)
+            info[f"layout_{role}"] = parameter_layout(encoder)
+            info[f"requires_grad_{role}"] = [bool(p.requires_grad) for p in encoder.parameters()]
+            fc = getattr(encoder, "fc", None)
+            info[f"fc_{role}"] = [type(m).__name__ for m in fc.modules()] if isinstance(
+                fc, nn.Module) else []
+    return info
+
+
+# --------------------------------------------------------------------------- the run
+
+
+_HARNESS_DIR = str(Path(__file__).resolve().parent)
+
+
+def _error_text(exc: BaseException) -> str:
+    """The traceback from the submission's side: the probe's own frames are left out."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_HARNESS_DIR):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))[-6000:]
+
+
+def probe_images(probe: BuilderProbe, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two views ``[B, 3, 8, 8]`` of the same ``B`` random images, distinct per step."""
+    generator = torch.Generator().manual_seed(1_000_003 * probe.seed + 7_919 * (step + 1))
+    images = torch.rand((probe.batch, *IMAGE_SHAPE), generator=generator)
+    noise = 0.1 * torch.randn((2, probe.batch, *IMAGE_SHAPE), generator=generator)
+    return images + noise[0], images + noise[1]
+
+
+def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> dict:
+    """Build ``moco_class`` with the probe's values and train it ``probe.steps`` steps."""
+    recorder = BuilderRecorder(probe)
+    run: dict = {"mlp": mlp, "error": None, "stage": "construct", "steps": []}
+    torch.manual_seed(probe.seed)
+    try:
+        model = moco_class(recorder.base_encoder, dim=probe.dim, K=probe.K, m=probe.m, T=probe.T,
+                           mlp=mlp)
+        recorder.model = model
+        run["module"] = describe_module(model, recorder)
+        run["initial"] = state_of(model)
+        run["stage"] = "optimizer"
+        optimizer = torch.optim.SGD(model.parameters(), lr=probe.lr)
+    except BaseException as exc:  # noqa: BLE001 - the submission's failure is data
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        run["error"] = _error_text(exc)
+        return run
+    for t in range(probe.steps):
+        run["stage"] = f"step {t}"
+        try:
+            run["steps"].append(_train_step(model, optimizer, recorder, probe, t))
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            run["error"] = _error_text(exc)
+            return run
+    run["stage"] = "done"
+    return run
+
+
+def _train_step(model, optimizer, recorder: BuilderRecorder, probe: BuilderProbe, t: int) -> dict:
+    im_q, im_k = probe_images(probe, t)
+    step: dict = {"before": state_of(model)}
+    recorder.begin_step(im_q, im_k)
+    try:
+        output = model(im_q, im_k)
+    finally:
+        step["events"] = recorder.end_step()
+    step["returned"] = _describe(output)
+    if not (isinstance(output, (tuple, list)) and len(output) == 2
+            and all(isinstance(v, torch.Tensor) for v in output)):
+        raise TypeError(f"forward(im_q, im_k) must return (logits, labels), got "
+                        f"{step['returned']}")
+    logits, labels = output
+    step["logits"] = logits.detach().cpu().clone()  # [B, 1 + K]
+    step["labels"] = labels.detach().cpu().clone()  # [B]
+    step["after_forward"] = state_of(model)
+    loss = F.cross_entropy(logits, labels)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    encoder_k = getattr(model, "encoder_k", None)
+    step["key_grads"] = [p.grad is not None for p in encoder_k.parameters()] if isinstance(
+        encoder_k, nn.Module) else []
+    step["loss"] = float(loss.detach())
+    optimizer.step()
+    step["after_step"] = parameters_of(model)
+    return step
+
+
+def observe_builder(namespace: dict, options: GradeOptions,
+                    probe: BuilderProbe | None = None) -> dict:
+    """Build and train the submission's ``MoCo`` under the probe (plain-data record)."""
+    probe = probe or default_builder_probe(options)
+    moco_class = namespace.get("MoCo")
+    record: dict = {"probe": probe.to_dict(), "defined": isinstance(moco_class, type)}
+    if not record["defined"]:
+        record["error"] = "MoCo is not defined (a builder submission defines a class MoCo)"
+        return record
+    record["error"] = None
+    with one_thread(), torch.random.fork_rng(devices=[]), cuda_on_cpu() as mapped, \
+            one_process_group() as group:
+        record["environment"] = {"process_group": group, "cuda_on_cpu": mapped}
+        record["run"] = run_builder(moco_class, probe)
+        record["mlp"] = run_builder(moco_class, replace(probe, steps=probe.mlp_steps), mlp=True)
+    return record

@@ -1,0 +1,214 @@
+"""The ``lab`` probe: an instrumented model and a recording ``views``, run inside the
+submission's process.
+
+``ProbeNet`` is a tiny float32 model with LAB 07's interface (``.encoder`` submodule,
+``model(x) -> (features, 24-d projection)``). Every forward of it or of any deep copy of it
+is recorded: which copy ran (copies are registered when ``copy.deepcopy`` makes them), which
+images went in (traced back through the ``views`` recorder to their source ids), whether
+autograd was on, the raw projection, a snapshot of every copy's parameters, and — through a
+tensor hook — the gradient the loss sends back into the projection.
+
+Everything recorded is a tensor, number, string, bool, None, list or dict.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+from moco_ref.observe.strategies import LabProbe
+
+IMAGE_SHAPE = (1, 8, 8)
+PIXELS = math.prod(IMAGE_SHAPE)
+FEATURE_DIM = 16
+PROJECTION_DIM = 24
+VIEW_NOISE = 0.1
+MAX_SNAPSHOT_INSTANCES = 6  # copies snapshotted per forward (the most recently made)
+MAX_EVENTS = 2000  # forwards recorded; later ones are counted only
+
+
+class ProbeNet(nn.Module):
+    """``[B, 1, 8, 8]`` → ``([B, 16] features, [B, 24] projection)``; float32."""
+
+    recorder: ProbeRecorder | None = None  # set on a per-probe subclass, never copied
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Flatten(), nn.Linear(PIXELS, FEATURE_DIM), nn.Tanh())
+        self.projector = nn.Linear(FEATURE_DIM, PROJECTION_DIM)
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.encoder(images.to(torch.float32))  # [B, 16]
+        projection = self.projector(features)  # [B, 24]
+        if self.recorder is not None:
+            self.recorder.on_forward(self, images, projection)
+        return features, projection
+
+    def __deepcopy__(self, memo: dict) -> ProbeNet:
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        for name, value in self.__dict__.items():
+            object.__setattr__(clone, name, copy.deepcopy(value, memo))
+        if self.recorder is not None:
+            self.recorder.register(clone)
+        return clone
+
+
+def flat_parameters(module: nn.Module) -> torch.Tensor:
+    """All parameters of ``module`` as one detached float32 vector ``[P]``."""
+    params = [p.detach().reshape(-1).to(torch.float32) for p in module.parameters()]
+    return torch.cat(params) if params else torch.empty(0)
+
+
+def parameter_layout(module: nn.Module) -> list[dict]:
+    return [
+        {"name": name, "shape": list(p.shape), "numel": p.numel()}
+        for name, p in module.named_parameters()
+    ]
+
+
+def _row_key(row: torch.Tensor) -> bytes:
+    return row.detach().to(torch.float32).contiguous().reshape(-1).cpu().numpy().tobytes()
+
+
+class ProbeRecorder:
+    """Everything the probe sees, in the order it happens."""
+
+    def __init__(self, probe: LabProbe) -> None:
+        self.probe = probe
+        generator = torch.Generator().manual_seed(1_000_003 * probe.seed + 17)
+        # [N, 1, 8, 8]
+        self.images = torch.rand((probe.n_images, *IMAGE_SHAPE), generator=generator)
+        order = torch.randperm(probe.n_images, generator=generator)
+        self.train = order[: probe.n_train].sort().values  # [n_train] scattered ids
+        self._image_index = {_row_key(row): i for i, row in enumerate(self.images)}
+        self._view_rows: dict[bytes, tuple[int, int]] = {}  # row bytes -> (call, id)
+        self._view_outputs: list[torch.Tensor] = []  # [B, 64] per call, for inexact lookups
+        self.view_calls: list[torch.Tensor] = []  # ids of each views() call
+        self.instances: list[nn.Module] = []
+        self._tags: dict[int, int] = {}
+        self.events: list[dict] = []
+        self.dropped_events = 0
+        self.clock = 0
+        net_class = type("ProbeNet", (ProbeNet,), {"recorder": self})
+        with torch.random.fork_rng():
+            torch.manual_seed(probe.seed + 5)
+            self.initial = net_class()
+        self.register(self.initial)
+        self.initial_params = flat_parameters(self.initial)
+
+    # ----------------------------------------------------------------- copies
+
+    def register(self, module: nn.Module) -> int:
+        if id(module) not in self._tags:
+            self._tags[id(module)] = len(self.instances)
+            self.instances.append(module)  # kept alive, so ids are never reused
+        return self._tags[id(module)]
+
+    def tag_of(self, obj: object) -> int:
+        return self._tags.get(id(obj), -1)
+
+    # ----------------------------------------------------------------- views
+
+    def views(self, batch: torch.Tensor) -> torch.Tensor:
+        """The probe's augmentation: the images plus seeded noise, unique per call and row."""
+        batch = torch.as_tensor(batch)
+        ids = self._ids_of_images(batch)
+        call = len(self.view_calls)
+        generator = torch.Generator().manual_seed(7_919 * self.probe.seed + 104_729 * (call + 1))
+        images = batch.detach().to(torch.float32)
+        noise = VIEW_NOISE * torch.randn(images.shape, generator=generator)
+        out = (images + noise).reshape(images.shape)
+        for row, source in zip(out, ids.tolist()):
+            self._view_rows[_row_key(row)] = (call, source)
+        self._view_outputs.append(out.reshape(len(out), -1).clone())
+        self.view_calls.append(ids)
+        return out
+
+    def _ids_of_images(self, batch: torch.Tensor) -> torch.Tensor:
+        ids = [self._image_index.get(_row_key(row), -1) for row in batch]
+        missing = [i for i, source in enumerate(ids) if source < 0]
+        if missing:  # converted or copied inexactly: nearest image, if it is close
+            rows = batch[missing].detach().to(torch.float32).reshape(len(missing), -1)
+            distance = torch.cdist(rows, self.images.reshape(len(self.images), -1))
+            best, index = distance.min(dim=1)
+            for slot, d, i in zip(missing, best.tolist(), index.tolist()):
+                ids[slot] = i if d < 1e-3 else -1
+        return torch.tensor(ids, dtype=torch.int64)
+
+    def _sources_of_inputs(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(view call [B], source id [B])`` of each input row; call −1 for a raw image,
+        −2 (and id −1) when the row cannot be traced."""
+        calls, ids = [], []
+        rows = images.detach().to(torch.float32).reshape(len(images), -1)
+        for row in rows:
+            key = _row_key(row)
+            if key in self._view_rows:
+                call, source = self._view_rows[key]
+            elif key in self._image_index:
+                call, source = -1, self._image_index[key]
+            else:
+                call, source = -2, -1
+            calls.append(call)
+            ids.append(source)
+        untraced = [i for i, c in enumerate(calls) if c == -2]
+        if untraced and self._view_outputs:
+            outputs = torch.cat(self._view_outputs)  # [V, 64]
+            owners = [(c, j) for c, out in enumerate(self._view_outputs) for j in range(len(out))]
+            distance = torch.cdist(rows[untraced], outputs)
+            best, index = distance.min(dim=1)
+            for slot, d, i in zip(untraced, best.tolist(), index.tolist()):
+                if d < 1e-3:
+                    call, row_index = owners[i]
+                    calls[slot], ids[slot] = call, int(self.view_calls[call][row_index])
+        return torch.tensor(calls, dtype=torch.int64), torch.tensor(ids, dtype=torch.int64)
+
+    # ----------------------------------------------------------------- forwards
+
+    def on_forward(self, module: nn.Module, images: torch.Tensor, projection: torch.Tensor) -> None:
+        self.clock += 1
+        if len(self.events) >= MAX_EVENTS:
+            self.dropped_events += 1
+            return
+        tag = self.register(module)
+        calls, ids = self._sources_of_inputs(images)
+        snapshot_tags = list(range(len(self.instances)))[-MAX_SNAPSHOT_INSTANCES:]
+        if 0 not in snapshot_tags:
+            snapshot_tags = [0, *snapshot_tags[1:]]
+        event = {
+            "instance": tag,
+            "clock": self.clock,
+            "view_calls": len(self.view_calls),
+            "rows_call": calls,
+            "rows_id": ids,
+            "grad_enabled": torch.is_grad_enabled(),
+            "output_requires_grad": bool(projection.requires_grad),
+            "output_has_grad_fn": projection.grad_fn is not None,
+            "output": projection.detach().to(torch.float32).clone(),  # [B, 24]
+            "snapshot_tags": snapshot_tags,
+            "params": [flat_parameters(self.instances[t]) for t in snapshot_tags],
+            "has_grad": [
+                any(p.grad is not None for p in self.instances[t].parameters())
+                for t in snapshot_tags
+            ],
+            "grad": None,
+            "grad_clock": -1,
+            "grad_calls": 0,
+        }
+        self.events.append(event)
+        if projection.requires_grad:
+            projection.register_hook(self._grad_hook(event))
+
+    def _grad_hook(self, event: dict):
+        def hook(grad: torch.Tensor) -> None:
+            grad = grad.detach().to(torch.float32).clone()
+            event["grad"] = grad if event["grad"] is None else event["grad"] + grad
+            event["grad_calls"] += 1
+            if event["grad_clock"] < 0:
+                self.clock += 1
+                event["grad_clock"] = self.clock
+
+        return hook

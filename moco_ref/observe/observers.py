@@ -1,0 +1,304 @@
+"""The observing side: runs INSIDE the submission's process and records what its code does.
+
+``observe(namespace, style, options)`` returns a dict made only of tensors, numbers, strings,
+bools, None, lists and dicts (it crosses a process boundary through ``torch.save`` and
+``torch.load(weights_only=True)``). Nothing here decides whether anything is right: the
+record is judged in the grader's process (``judge``), by recomputation with the reference.
+
+Whatever the submission raises is caught per part and recorded as a traceback string, so the
+checks that need that part report it and the others still run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+
+import torch
+from torch import nn
+
+from moco_ref.observe.builder_probe import observe_builder
+from moco_ref.observe.lab_probe import (
+    PROJECTION_DIM,
+    ProbeRecorder,
+    flat_parameters,
+    parameter_layout,
+)
+from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.strategies import (
+    LabProbe,
+    cases_fingerprint,
+    component_cases,
+    default_lab_probe,
+)
+from moco_ref.observe.threads import one_thread
+
+OBSERVATION_FORMAT = 1
+MAX_LIST = 10_000  # longest list kept when sanitizing a returned value
+
+
+def observe(namespace: dict, style: str, options: GradeOptions) -> dict:
+    """Record what the submission (its module globals ``namespace``) does under the probe."""
+    if style == "lab":
+        record = observe_lab(namespace, options)
+    elif style == "components":
+        record = observe_components(namespace, options)
+    elif style == "builder":
+        record = observe_builder(namespace, options)
+    else:
+        record = {"unsupported": f"style {style!r} is not observed yet"}
+    record.update(format=OBSERVATION_FORMAT, style=style)
+    return record
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _error_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-6000:]
+
+
+def sanitize(value, depth: int = 0):
+    """``value`` as plain data: tensors (detached CPU copies), numbers, strings, bools, None,
+    lists and string-keyed dicts; anything else becomes ``{"__type__", "__repr__"}``."""
+    if depth > 8:
+        return {"__type__": type(value).__name__, "__repr__": "<nested too deep>"}
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu()
+        if type(tensor) is not torch.Tensor:
+            tensor = tensor.as_subclass(torch.Tensor)
+        return tensor.clone()
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        numpy = None
+    if numpy is not None and isinstance(value, numpy.generic):
+        return sanitize(value.item(), depth + 1)
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        if value.dtype.kind in "biuf":
+            return torch.from_numpy(numpy.array(value))
+        return sanitize(value.tolist(), depth + 1)
+    if isinstance(value, dict):
+        return {str(k): sanitize(v, depth + 1) for k, v in list(value.items())[:MAX_LIST]}
+    if isinstance(value, (list, tuple)):
+        return [sanitize(v, depth + 1) for v in list(value)[:MAX_LIST]]
+    return {"__type__": type(value).__name__, "__repr__": repr(value)[:200]}
+
+
+def _describe(value) -> dict:
+    """Type and shape of a returned value, for the return-contract check."""
+    info = {"type": type(value).__name__}
+    if isinstance(value, torch.Tensor):
+        info.update(shape=list(value.shape), dtype=str(value.dtype).replace("torch.", ""))
+    elif isinstance(value, nn.Module):
+        info.update(module=True)
+    elif isinstance(value, (list, tuple)):
+        info.update(length=len(value))
+    return info
+
+
+def _call_warmup(namespace: dict) -> dict:
+    function = namespace.get("moco_warmup")
+    if not callable(function):
+        return {"defined": False, "error": "moco_warmup is not defined", "result": None}
+    try:
+        return {"defined": True, "error": None, "result": sanitize(function())}
+    except BaseException as exc:  # noqa: BLE001 - any failure of the submission is data
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return {"defined": True, "error": _error_text(exc), "result": None}
+
+
+# --------------------------------------------------------------------------- lab
+
+
+def observe_lab(namespace: dict, options: GradeOptions, probe: LabProbe | None = None) -> dict:
+    """Run ``moco_warmup()`` and ``train_moco(initial, x, train, epochs)`` under the probe
+    (``default_lab_probe(options.seed)`` unless another is given, e.g. one drawn from
+    ``strategies.lab_probes``); the record names the probe, so the judge needs no option."""
+    probe = probe or default_lab_probe(options.seed)
+    with one_thread():
+        record: dict = {"probe": probe.to_dict(), "moco_warmup": _call_warmup(namespace)}
+        record["train_moco"] = _observe_training(namespace, probe)
+    return record
+
+
+def _observe_training(namespace: dict, probe) -> dict:
+    function = namespace.get("train_moco")
+    if not callable(function):
+        return {"defined": False, "error": "train_moco is not defined"}
+    recorder = ProbeRecorder(probe)
+    for scope in _scopes(namespace, function):
+        scope["views"] = recorder.views
+        scope["SEED"] = int(probe.seed)
+    record: dict = {
+        "defined": True,
+        "error": None,
+        "layout": parameter_layout(recorder.initial),
+        "initial_params": recorder.initial_params.clone(),
+        "train": recorder.train.clone(),
+        "projection_dim": PROJECTION_DIM,
+    }
+    started = time.perf_counter()
+    try:
+        result = function(recorder.initial, recorder.images, recorder.train.numpy(), probe.epochs)
+    except BaseException as exc:  # noqa: BLE001 - the submission's failure is data
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        record["error"] = _error_text(exc)
+        result = None
+    record["seconds"] = time.perf_counter() - started
+    record["events"] = recorder.events
+    record["dropped_events"] = recorder.dropped_events
+    record["view_calls"] = [ids.clone() for ids in recorder.view_calls]
+    record["instances"] = len(recorder.instances)
+    record["initial_unchanged"] = bool(
+        torch.equal(flat_parameters(recorder.initial), recorder.initial_params)
+    )
+    if record["error"] is None:
+        try:
+            record["returned"] = _returned(result, recorder)
+        except Exception as exc:  # noqa: BLE001 - an unreadable return value is data too
+            record["error"] = "train_moco's return value could not be read:\n" + _error_text(exc)
+    return record
+
+
+def _scopes(namespace: dict, function) -> list[dict]:
+    """Where the submission looks ``views`` and ``SEED`` up: its namespace and, if that is a
+    copy, the globals its function really reads."""
+    scopes = [namespace]
+    real = getattr(function, "__globals__", None)
+    if isinstance(real, dict) and real is not namespace:
+        scopes.append(real)
+    return scopes
+
+
+def _returned(result, recorder: ProbeRecorder) -> dict:
+    """What ``train_moco`` returned, described and converted to plain data."""
+    info: dict = {"type": type(result).__name__, "length": None, "items": []}
+    if not isinstance(result, (tuple, list)):
+        return info
+    info["length"] = len(result)
+    info["items"] = [_describe(item) for item in result]
+    names = ("query", "key", "queue", "queue_ids", "history", "trace", "drift")
+    values = dict(zip(names, result))
+    for role in ("query", "key"):
+        model = values.get(role)
+        info[f"{role}_instance"] = recorder.tag_of(model)
+        if isinstance(model, nn.Module):
+            info[f"{role}_params"] = flat_parameters(model)
+            info[f"{role}_grads_none"] = [p.grad is None for p in model.parameters()]
+            info[f"{role}_requires_grad"] = [bool(p.requires_grad) for p in model.parameters()]
+    for name in ("queue", "queue_ids", "history", "trace", "drift"):
+        if name in values:
+            info[name] = sanitize(values[name])
+    drift = values.get("drift")
+    if isinstance(drift, torch.Tensor) and drift.numel() == 1:
+        info["drift"] = float(drift)
+    return info
+
+
+# --------------------------------------------------------------------------- components
+
+
+COMPONENT_NAMES = ("KeyQueue", "momentum_update", "contrastive_logits", "info_nce_loss")
+
+
+def observe_components(namespace: dict, options: GradeOptions) -> dict:
+    """Run each component of the protocol on the deterministic cases of ``strategies``.
+
+    Only outputs are recorded, one entry per case (``{"error": traceback}`` when the case
+    raised); the judge draws the same cases and builds the same inputs itself.
+    """
+    record: dict = {
+        "seed": int(options.seed),
+        "defined": {name: callable(namespace.get(name)) for name in COMPONENT_NAMES},
+        "moco_warmup": _call_warmup(namespace),
+    }
+    runners = {
+        "queue": ("KeyQueue", _run_queue_case),
+        "ema": ("momentum_update", _run_ema_case),
+        "logits": ("contrastive_logits", _run_logits_case),
+        "loss": ("info_nce_loss", _run_loss_case),
+    }
+    record["fingerprints"] = {}
+    for kind, (name, runner) in runners.items():
+        component = namespace.get(name)
+        record["fingerprints"][kind] = cases_fingerprint(component_cases(kind, options.seed))
+        record[kind] = _run_cases(component, runner, kind, options.seed) if callable(
+            component) else None
+    return record
+
+
+def _run_cases(component, runner, kind: str, seed: int) -> list[dict]:
+    outputs = []
+    with one_thread():
+        for case in component_cases(kind, seed):
+            try:
+                outputs.append(runner(component, case))
+            except BaseException as exc:  # noqa: BLE001
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                outputs.append({"error": _error_text(exc)})
+    return outputs
+
+
+def _read(queue, name: str):
+    value = getattr(queue, name)
+    return value() if callable(value) else value
+
+
+def _run_queue_case(KeyQueue, case) -> dict:
+    """Enqueue each batch, then scribble over the caller's tensors: a queue must have copied
+    them. Record keys, ids and len after each enqueue."""
+    queue = KeyQueue(case.capacity, case.dim, torch.float64)
+    keys_after, ids_after, lengths = [], [], []
+    for keys, ids in case.batches():
+        queue.enqueue(keys, ids)
+        keys.add_(1000.0)  # the caller reuses its buffers; stored entries must not change
+        ids.add_(1000)
+        keys_after.append(sanitize(torch.as_tensor(_read(queue, "keys"))).to(torch.float64))
+        ids_after.append(sanitize(torch.as_tensor(_read(queue, "ids"))).to(torch.int64))
+        lengths.append(int(len(queue)))
+    return {"keys": keys_after, "ids": ids_after, "len": lengths}
+
+
+def _run_ema_case(momentum_update, case) -> dict:
+    key, query = case.models()
+    query_before = [p.detach().clone() for p in query.parameters()]
+    momentum_update(key, query, case.m)
+    params = [p.detach().clone() for p in key.parameters()]
+    return {
+        "key_params": params,
+        "key_buffers": [b.detach().clone() for b in key.buffers()],
+        "key_grads_none": [p.grad is None for p in key.parameters()],
+        "key_grad_fn": [p.grad_fn is not None for p in key.parameters()],
+        "query_unchanged": all(
+            torch.equal(p.detach(), before) for p, before in zip(query.parameters(), query_before)
+        ),
+    }
+
+
+def _run_logits_case(contrastive_logits, case) -> dict:
+    t = case.tensors()
+    logits = contrastive_logits(
+        t["q"], t["k"], t["queue_keys"], t["queue_ids"], t["ids"], case.temperature
+    )
+    return {"logits": sanitize(torch.as_tensor(logits)).to(torch.float64)}
+
+
+def _run_loss_case(info_nce_loss, case) -> dict:
+    t = case.tensors()
+    if t["labels"] is None:
+        loss = info_nce_loss(t["logits"])
+    else:
+        loss = info_nce_loss(t["logits"], t["labels"])
+    value = float(loss) if not isinstance(loss, torch.Tensor) or loss.numel() == 1 else math.nan
+    return {"loss": value}

@@ -1,0 +1,421 @@
+"""Grading a class's submissions: a folder in parallel, one report per submission, a summary,
+deterministic shards for CI matrices or cluster array jobs, and a cache of unchanged ones.
+
+``grade_folder(paths, options, out=…, jobs=…, shard=(i, n), force=…)``:
+
+- **targets**: every ``*.py``/``*.ipynb`` in the folders (recursively, sorted), files given
+  directly, module paths. Each has a *name*: its path relative to the folder it was found in
+  (or its file name / module path), which names its report files and decides its shard.
+- **shards**: ``--shard i/n`` keeps the targets whose name hashes to ``i`` (``sha256`` of the
+  name, mod ``n``; 1-based ``i``): stable across machines, Python versions and reorderings,
+  and every target lands in exactly one shard.
+- **reports**: ``OUT/<name>.json`` (the JSON report), plus ``OUT/<name>.gradescope.json`` and
+  ``OUT/<name>.junit.xml`` when asked; ``OUT/summary.csv`` and ``OUT/summary.json`` (submission,
+  score, max score, failed checks, wall time, …) for the targets of this run —
+  ``summary-I-of-N.*`` for shard I of N, so shards can share a folder.
+- **cache**: ``OUT/.cache/<key>.json``, ``key = sha256(name, content of the file, grader
+  fingerprint, options)`` (the name too: a report quotes its file in tracebacks). An unchanged
+  submission is not graded again unless ``force``; the grader fingerprint is the version plus
+  a hash of the grader's own source, so any change of the grader invalidates the cache.
+  Reports with a timeout or an internal error are not cached. Module targets are always
+  graded (no file to hash).
+
+Reports are deterministic: the same submission under the same options gives the same report
+every time, wall time aside (``comparable``).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import moco_ref
+from moco_ref.judge.results import CheckResult, Status, SubmissionReport
+from moco_ref.observe.loader import (
+    SUBMISSION_SUFFIXES,
+    TargetError,
+    expand_targets,
+    is_module_target,
+)
+from moco_ref.observe.options import GradeOptions
+from moco_ref.report.scoring import NOT_PASSED
+
+DEFAULT_OUT = "grading-reports"
+CACHE_FOLDER = ".cache"
+SUMMARY_FIELDS = ("submission", "gradable", "score", "max_score", "failed_checks",
+                  "wall_seconds", "cached", "style")
+_SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", ".git", ".hypothesis"}
+_SKIPPED_FILES = {"conftest.py", "setup.py"}
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str  # what is graded: a file path or a module path
+    name: str  # stable identifier: relative path (or module path); names the report files
+
+
+@dataclass
+class Outcome:
+    target: Target
+    report: SubmissionReport
+    cached: bool = False
+
+
+@dataclass
+class BatchResult:
+    outcomes: list[Outcome] = field(default_factory=list)
+    skipped_by_shard: int = 0
+    out: Path | None = None
+    wall_seconds: float = 0.0
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def find_targets(paths) -> list[Target]:
+    """Submissions under ``paths``: folders are searched recursively (hidden, private and
+    test-config files left out, as ``expand_targets`` does for one level)."""
+    targets: list[Target] = []
+    seen: set[str] = set()
+    for raw in paths:
+        path = Path(str(raw))
+        if path.is_dir():
+            found = []
+            for file in sorted(path.rglob("*")):
+                relative = file.relative_to(path)
+                if any(part.startswith(".") or part in _SKIPPED_DIRS
+                       for part in relative.parts[:-1]):
+                    continue
+                if (file.is_file() and file.suffix in SUBMISSION_SUFFIXES
+                        and not file.name.startswith(("_", "."))
+                        and file.name not in _SKIPPED_FILES):
+                    found.append(Target(str(file), relative.as_posix()))
+            if not found:
+                raise TargetError(f"no submissions (*.py or *.ipynb files) in folder {path}")
+            targets.extend(found)
+        else:
+            for target in expand_targets([raw]):
+                name = target if is_module_target(target) else Path(target).name
+                targets.append(Target(target, name))
+    unique = []
+    for target in targets:
+        if target.name in seen:
+            raise TargetError(f"two submissions are both named {target.name!r}; grade them "
+                              "from separate folders or in separate runs")
+        seen.add(target.name)
+        unique.append(target)
+    return unique
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/5"`` → ``(2, 5)``; 1-based."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard wants i/n (e.g. 2/5), got {text!r}") from None
+    if count < 1 or not 1 <= index <= count:
+        raise ValueError(f"--shard {text}: need 1 ≤ i ≤ n")
+    return index, count
+
+
+def shard_of(name: str, count: int) -> int:
+    """The 1-based shard a target's name falls in."""
+    digest = hashlib.sha256(name.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % count + 1
+
+
+# --------------------------------------------------------------------------- cache keys
+
+
+@lru_cache(maxsize=1)
+def grader_fingerprint() -> str:
+    """The version and a hash of every source file of the grader (moco_ref)."""
+    root = Path(moco_ref.__file__).resolve().parent
+    digest = hashlib.sha256(moco_ref.__version__.encode())
+    for file in sorted(root.rglob("*.py")):
+        digest.update(file.relative_to(root).as_posix().encode())
+        digest.update(file.read_bytes())
+    return f"{moco_ref.__version__}+{digest.hexdigest()[:16]}"
+
+
+def cache_key(target: Target, options: GradeOptions) -> str | None:
+    """None when the target cannot be hashed (a module path)."""
+    if is_module_target(target.path):
+        return None
+    content = hashlib.sha256(Path(target.path).read_bytes()).hexdigest()
+    material = json.dumps({"name": target.name, "content": content,
+                           "grader": grader_fingerprint(), "options": options.to_dict()},
+                          sort_keys=True)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _cache_file(out: Path, key: str) -> Path:
+    return out / CACHE_FOLDER / f"{key}.json"
+
+
+def load_cached(out: Path, key: str | None, target: Target) -> SubmissionReport | None:
+    if key is None:
+        return None
+    try:
+        data = json.loads(_cache_file(out, key).read_text(encoding="utf-8"))
+        if data.get("key") != key:
+            return None
+        report = report_from_dict(data["report"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    report.submission = target.path
+    return report
+
+
+def store_cached(out: Path, key: str | None, report: SubmissionReport) -> None:
+    if key is None or not report_is_cacheable(report):
+        return
+    _write_atomic(_cache_file(out, key), _dumps({"key": key, "report": report.to_dict()}))
+
+
+def report_is_cacheable(report: SubmissionReport) -> bool:
+    """Timeouts and internal errors may not happen again: those reports are not kept."""
+    if "moco-ref internal error" in report.traceback:
+        return False
+    return not any(result.status is Status.TIMEOUT for result in report.results) and \
+        "timed out after" not in report.traceback
+
+
+def report_from_dict(data: dict) -> SubmissionReport:
+    results = [
+        CheckResult(item["check_id"], item["title"], item["family"], float(item["max_points"]),
+                    Status(item["status"]), item.get("message", ""), dict(item.get("details")
+                                                                           or {}))
+        for item in data.get("results", [])
+    ]
+    return SubmissionReport(
+        submission=data["submission"], style=data["style"], gradable=bool(data["gradable"]),
+        results=results, inferred=dict(data.get("inferred") or {}),
+        notes=list(data.get("notes") or []), traceback=data.get("traceback", ""),
+        stdout=data.get("stdout", ""), stderr=data.get("stderr", ""),
+        wall_seconds=float(data.get("wall_seconds", 0.0)),
+    )
+
+
+def comparable(report: SubmissionReport) -> dict:
+    """The report without what may change between two gradings of the same submission: the
+    wall time (and nothing else)."""
+    data = report.to_dict()
+    data.pop("wall_seconds", None)
+    return data
+
+
+# --------------------------------------------------------------------------- files
+
+
+def report_stem(target: Target) -> str:
+    """``sub/alice.py`` → ``sub__alice.py``: one flat folder of reports."""
+    return target.name.replace("/", "__").replace("\\", "__")
+
+
+def _dumps(payload) -> str:
+    from moco_ref.report.formats import dumps_strict
+
+    return dumps_strict(payload)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def write_reports(out: Path, outcome: Outcome, options: GradeOptions, *,
+                  gradescope: bool = False, junit: bool = False) -> None:
+    from moco_ref.report.formats import gradescope_results, junit_tree, to_json
+
+    stem = report_stem(outcome.target)
+    _write_atomic(out / f"{stem}.json", to_json([outcome.report], options))
+    if gradescope:
+        _write_atomic(out / f"{stem}.gradescope.json",
+                      _dumps(gradescope_results(outcome.report, options)))
+    if junit:
+        import xml.etree.ElementTree as ET
+
+        tree = junit_tree([outcome.report], options)
+        ET.indent(tree)
+        buffer = io.BytesIO()
+        tree.write(buffer, encoding="utf-8", xml_declaration=True)
+        _write_atomic(out / f"{stem}.junit.xml", buffer.getvalue().decode("utf-8"))
+
+
+def summary_rows(outcomes: list[Outcome]) -> list[dict]:
+    rows = []
+    for outcome in outcomes:
+        report = outcome.report
+        rows.append({
+            "submission": outcome.target.name,
+            "gradable": report.gradable,
+            "score": report.score if report.gradable else 0.0,
+            "max_score": report.max_score,
+            "failed_checks": [r.check_id for r in report.results if r.status in NOT_PASSED],
+            "wall_seconds": round(report.wall_seconds, 3),
+            "cached": outcome.cached,
+            "style": report.style,
+        })
+    return rows
+
+
+def summary_stem(shard: tuple[int, int] | None) -> str:
+    """``summary``, or ``summary-2-of-5`` for a shard (shards may share an output folder)."""
+    return "summary" if shard is None else f"summary-{shard[0]}-of-{shard[1]}"
+
+
+def write_summary(out: Path, result: BatchResult, options: GradeOptions, *,
+                  shard: tuple[int, int] | None, jobs: int, isolation: str) -> None:
+    rows = summary_rows(result.outcomes)
+    stem = summary_stem(shard)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=SUMMARY_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({**row, "failed_checks": ";".join(row["failed_checks"])})
+    _write_atomic(out / f"{stem}.csv", buffer.getvalue())
+    _write_atomic(out / f"{stem}.json", _dumps({
+        "format": "moco-ref-batch/1",
+        "grader": grader_fingerprint(),
+        "options": options.to_dict(),
+        "shard": f"{shard[0]}/{shard[1]}" if shard else None,
+        "skipped_by_shard": result.skipped_by_shard,
+        "jobs": jobs,
+        "isolation": isolation,
+        "wall_seconds": round(result.wall_seconds, 3),
+        "graded": sum(not o.cached for o in result.outcomes),
+        "cached": sum(o.cached for o in result.outcomes),
+        "submissions": rows,
+    }))
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def grade_folder(
+    paths,
+    options: GradeOptions,
+    *,
+    out: str | Path = DEFAULT_OUT,
+    jobs: int = 2,
+    shard: tuple[int, int] | None = None,
+    force: bool = False,
+    gradescope: bool = False,
+    junit: bool = False,
+    on_done: Callable[[Outcome], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> BatchResult:
+    """Grade every submission under ``paths`` (of ``shard``), writing reports and summaries to
+    ``out``; ``on_start(total)`` once, ``on_done(outcome)`` as each finishes."""
+    from moco_ref.sandbox.runner import grade_tasks, isolation_description
+
+    started = time.monotonic()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    targets = find_targets(paths)
+    result = BatchResult(out=out)
+    if shard is not None:
+        kept = [t for t in targets if shard_of(t.name, shard[1]) == shard[0]]
+        result.skipped_by_shard = len(targets) - len(kept)
+        targets = kept
+    if on_start is not None:
+        on_start(len(targets))
+    outcomes: dict[str, Outcome] = {}
+    to_grade: list[tuple[Target, str | None]] = []
+    for target in targets:
+        key = cache_key(target, options)
+        cached = None if force else load_cached(out, key, target)
+        if cached is not None:
+            outcome = Outcome(target, cached, cached=True)
+            outcomes[target.name] = outcome
+            write_reports(out, outcome, options, gradescope=gradescope, junit=junit)
+            if on_done is not None:
+                on_done(outcome)
+        else:
+            to_grade.append((target, key))
+    by_path = {target.path: (target, key) for target, key in to_grade}
+
+    def finished(report: SubmissionReport) -> None:
+        target, key = by_path[report.submission]
+        outcome = Outcome(target, report)
+        write_reports(out, outcome, options, gradescope=gradescope, junit=junit)
+        store_cached(out, key, report)
+        if on_done is not None:
+            on_done(outcome)
+
+    reports = grade_tasks([(target.path, options) for target, _ in to_grade], jobs=jobs,
+                          on_report=finished)
+    for (target, _), report in zip(to_grade, reports, strict=True):
+        outcomes[target.name] = Outcome(target, report)
+    result.outcomes = [outcomes[target.name] for target in targets]
+    result.wall_seconds = time.monotonic() - started
+    write_summary(out, result, options, shard=shard, jobs=jobs,
+                  isolation=isolation_description() if to_grade else "")
+    return result
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """A progress bar on stderr (rich when it is a terminal; one line per submission
+    otherwise, which reads well in CI logs)."""
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream or sys.stderr
+        self.total = 0
+        self.done = 0
+        self._rich = None
+        self._task = None
+
+    def start(self, total: int) -> None:
+        self.total = total
+        if self.stream.isatty():
+            try:
+                from rich.console import Console
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    TextColumn,
+                    TimeElapsedColumn,
+                    TimeRemainingColumn,
+                )
+                from rich.progress import Progress as RichProgress
+            except ImportError:
+                return
+            self._rich = RichProgress(
+                TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TimeRemainingColumn(), TextColumn("{task.description}"),
+                console=Console(file=self.stream), transient=False,
+            )
+            self._rich.start()
+            self._task = self._rich.add_task("", total=total)
+
+    def advance(self, outcome: Outcome) -> None:
+        self.done += 1
+        report = outcome.report
+        verdict = "not gradable" if not report.gradable else \
+            f"{report.score:g}/{report.max_score:g}"
+        suffix = " (cached)" if outcome.cached else ""
+        if self._rich is not None:
+            self._rich.update(self._task, advance=1,
+                              description=f"{outcome.target.name}: {verdict}{suffix}")
+        else:
+            print(f"[{self.done}/{self.total}] {outcome.target.name}: {verdict}{suffix}",
+                  file=self.stream, flush=True)
+
+    def stop(self) -> None:
+        if self._rich is not None:
+            self._rich.stop()

@@ -1,0 +1,352 @@
+"""Verdicts out: a terminal table (``rich`` when importable, plain text otherwise), JSON, JUnit
+XML for CI, and Gradescope's ``results.json``."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import xml.etree.ElementTree as ET
+from enum import Enum
+from pathlib import Path
+
+from moco_ref.judge.results import CheckResult, Status, SubmissionReport
+from moco_ref.observe.options import GradeOptions
+from moco_ref.report.scoring import NOT_PASSED, rerun_command
+
+JSON_FORMAT = "moco-ref-grade/1"
+_INFERRED_ORDER = ("m", "capacity", "batch_size", "order", "temperature")
+_STATUS_STYLES = {
+    Status.PASSED: "green",
+    Status.FAILED: "bold red",
+    Status.ERROR: "magenta",
+    Status.TIMEOUT: "yellow",
+    Status.NOT_APPLICABLE: "dim",
+}
+
+
+# --------------------------------------------------------------------------- shared wording
+
+
+def score_text(report: SubmissionReport) -> str:
+    if not report.gradable:
+        return "not gradable"
+    return f"{report.score:g}/{report.max_score:g}"
+
+
+def inferred_text(inferred: dict) -> str:
+    """``m=0.95, capacity=240, batch size=60, order=lab`` — known keys first."""
+    keys = [key for key in _INFERRED_ORDER if key in inferred]
+    keys += sorted(key for key in inferred if key not in _INFERRED_ORDER)
+    return ", ".join(f"{key.replace('_', ' ')}={_value_text(inferred[key])}" for key in keys)
+
+
+def _value_text(value) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def points_text(result: CheckResult) -> str:
+    if result.status is Status.NOT_APPLICABLE:
+        return "–"
+    return f"{result.points:g}/{result.max_points:g}"
+
+
+def header_lines(report: SubmissionReport) -> list[str]:
+    verdict = f"score {score_text(report)}" if report.gradable else "NOT GRADABLE"
+    seconds = f"{report.wall_seconds:.1f} s"
+    lines = [f"{report.submission} — style {report.style} — {verdict} ({seconds})"]
+    if report.inferred:
+        lines.append(f"inferred: {inferred_text(report.inferred)}")
+    lines += [f"note: {note}" for note in report.notes]
+    return lines
+
+
+def rerun_lines(report: SubmissionReport, options: GradeOptions | None) -> list[str]:
+    return [
+        rerun_command(report.submission, result.check_id, options)
+        for result in report.results
+        if result.status in NOT_PASSED
+    ]
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def render_text(reports: list[SubmissionReport], options: GradeOptions | None = None) -> str:
+    """The plain-text table (also what is printed when ``rich`` is missing)."""
+    out: list[str] = []
+    for report in reports:
+        head = header_lines(report)
+        out.append(f"== {head[0]}")
+        out += [f"   {line}" for line in head[1:]]
+        if not report.gradable:
+            out += [f"   | {line}" for line in report.traceback.rstrip().splitlines()]
+        width = max((len(r.check_id) for r in report.results), default=0)
+        for result in report.results:
+            out.append(
+                f"   {result.status.value.upper():<15}{points_text(result):>8}  "
+                f"{result.check_id:<{width}}  {result.title}"
+            )
+            if result.message and result.status is not Status.PASSED:
+                pad = " " * (3 + 15 + 8 + 2)
+                out += [f"{pad}{line}" for line in result.message.splitlines()]
+        out += [f"   rerun: {command}" for command in rerun_lines(report, options)]
+        out.append("")
+    return "\n".join(out)
+
+
+def print_reports(
+    reports: list[SubmissionReport],
+    options: GradeOptions | None = None,
+    *,
+    file=None,
+    use_rich: bool | None = None,
+) -> None:
+    file = file or sys.stdout
+    if use_rich is None:
+        use_rich = _rich_available()
+    if not use_rich:
+        file.write(render_text(reports, options) + "\n")
+        return
+    _print_rich(reports, options, file)
+
+
+def _rich_available() -> bool:
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _print_rich(reports, options, file) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(file=file, highlight=False)
+    if not console.is_terminal:
+        console = Console(file=file, highlight=False, width=120)
+    for report in reports:
+        head = header_lines(report)
+        console.rule(Text(head[0], style="bold"), align="left")
+        for line in head[1:]:
+            console.print(Text(line), soft_wrap=True)  # Text: never read as markup
+        if not report.gradable:
+            console.print(Text(report.traceback.rstrip(), style="red"))
+        if report.results:
+            console.print(_rich_table(report))
+        for command in rerun_lines(report, options):
+            console.print(Text("rerun: ", style="dim") + Text(command), soft_wrap=True)
+        console.print()
+
+
+def _rich_table(report: SubmissionReport):
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    def shown(result: CheckResult) -> str:
+        return "" if result.status is Status.PASSED else result.message
+
+    with_messages = any(shown(result) for result in report.results)
+    # Messages carry the evidence: they get most of the width; titles wrap before they do.
+    table = Table(box=box.SIMPLE_HEAD, expand=with_messages)
+    table.add_column("check", no_wrap=True)
+    table.add_column("title", ratio=1 if with_messages else None)
+    table.add_column("points", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    if with_messages:
+        table.add_column("message", ratio=2)
+    for result in report.results:
+        cells = [
+            Text(result.check_id),
+            Text(result.title),
+            Text(points_text(result)),
+            Text(result.status.value, style=_STATUS_STYLES[result.status]),
+        ]
+        table.add_row(*cells, *([Text(shown(result))] if with_messages else []))
+    return table
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def to_json(
+    reports: list[SubmissionReport], options: GradeOptions | None = None, **extra
+) -> str:
+    """``{"format", "reports": [SubmissionReport.to_dict() + rerun commands], ...extra}``."""
+    payload = {"format": JSON_FORMAT, "reports": [], **extra}
+    for report in reports:
+        data = report.to_dict()
+        for result_data, result in zip(data["results"], report.results, strict=True):
+            if result.status in NOT_PASSED:
+                result_data["rerun"] = rerun_command(report.submission, result.check_id, options)
+        payload["reports"].append(data)
+    return dumps_strict(payload)
+
+
+def dumps_strict(payload) -> str:
+    """Strict JSON: NaN and infinities (a diverged loss as evidence) become strings."""
+    return json.dumps(_finite(payload), indent=2, default=_json_default, allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    if hasattr(value, "tolist") and not isinstance(value, Enum):
+        return _finite(value.tolist())
+    return value
+
+
+def _json_default(value):
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):  # tensors, numpy arrays and scalars
+        return value.tolist()
+    return repr(value)
+
+
+# --------------------------------------------------------------------------- JUnit XML
+
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text) -> str:
+    """XML 1.0 cannot hold most control characters (ANSI colours, NULs in student output)."""
+    return _XML_ILLEGAL.sub("\ufffd", str(text))
+
+
+def junit_tree(
+    reports: list[SubmissionReport], options: GradeOptions | None = None
+) -> ET.ElementTree:
+    """One ``<testsuite>`` per submission, one ``<testcase>`` per check: failed → ``<failure>``,
+    error/timeout → ``<error>``, not applicable → ``<skipped>``. A submission that is not
+    gradable gets a single errored test case holding the traceback."""
+    suites = ET.Element("testsuites", name="moco-ref")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for report in reports:
+        suite = ET.SubElement(suites, "testsuite", name=_xml_text(report.submission))
+        properties = ET.SubElement(suite, "properties")
+        for name, value in (
+            ("style", report.style),
+            ("score", f"{report.score:g}"),
+            ("max_score", f"{report.max_score:g}"),
+            ("gradable", str(report.gradable).lower()),
+            *((f"inferred.{key}", value) for key, value in report.inferred.items()),
+            *(("note", note) for note in report.notes),
+        ):
+            ET.SubElement(properties, "property", name=name, value=_xml_text(value))
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        classname = f"moco_ref.{report.style}"
+        if not report.gradable:
+            case = ET.SubElement(suite, "testcase", classname=classname, name="not-gradable")
+            error = ET.SubElement(case, "error", type="not gradable")
+            error.set("message", _xml_text(_first_line(report.traceback) or "not gradable"))
+            error.text = _xml_text(report.traceback)
+            counts["tests"] += 1
+            counts["errors"] += 1
+        for result in report.results:
+            case = ET.SubElement(
+                suite, "testcase", classname=classname, name=_xml_text(result.check_id)
+            )
+            case.set("time", "0")
+            counts["tests"] += 1
+            body = result.message
+            if result.status in NOT_PASSED:
+                body += "\nrerun: " + rerun_command(report.submission, result.check_id, options)
+            if result.status is Status.FAILED:
+                node, counts["failures"] = ET.SubElement(case, "failure"), counts["failures"] + 1
+            elif result.status in (Status.ERROR, Status.TIMEOUT):
+                node, counts["errors"] = ET.SubElement(case, "error"), counts["errors"] + 1
+            elif result.status is Status.NOT_APPLICABLE:
+                node, counts["skipped"] = ET.SubElement(case, "skipped"), counts["skipped"] + 1
+            else:
+                continue
+            node.set("type", result.status.value)
+            node.set("message", _xml_text(_first_line(result.message) or result.status.value))
+            if result.status is not Status.NOT_APPLICABLE:
+                node.text = _xml_text(body)
+        ET.SubElement(suite, "system-out").text = _xml_text(report.stdout)
+        ET.SubElement(suite, "system-err").text = _xml_text(report.stderr)
+        for key, value in counts.items():
+            suite.set(key, str(value))
+            totals[key] += value
+        suite.set("time", f"{report.wall_seconds:.3f}")
+    for key, value in totals.items():
+        suites.set(key, str(value))
+    return ET.ElementTree(suites)
+
+
+def write_junit(
+    reports: list[SubmissionReport], path, options: GradeOptions | None = None
+) -> None:
+    tree = junit_tree(reports, options)
+    ET.indent(tree)
+    tree.write(str(path), encoding="utf-8", xml_declaration=True)
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+# --------------------------------------------------------------------------- Gradescope
+
+
+def gradescope_results(report: SubmissionReport, options: GradeOptions | None = None) -> dict:
+    """Gradescope's autograder ``results.json``: top-level ``score``, ``execution_time``
+    (whole seconds), ``output`` and ``tests[]`` (``name``, ``score``, ``max_score``,
+    ``status`` passed/failed, ``output``, ``visibility``). Checks that do not apply are not
+    listed as tests (they would show as passed); the output names them instead."""
+    summary = header_lines(report)
+    not_applicable = [r.check_id for r in report.results if r.status is Status.NOT_APPLICABLE]
+    if not_applicable:
+        summary.append(f"not applicable to style {report.style}: {', '.join(not_applicable)}")
+    tests = []
+    for result in report.results:
+        if result.status is Status.NOT_APPLICABLE:
+            continue
+        output = "" if result.status is Status.PASSED else result.message
+        if result.status in NOT_PASSED:
+            output += f"\n(status: {result.status.value}; rerun: "
+            output += rerun_command(report.submission, result.check_id, options) + ")"
+        tests.append(
+            {
+                "name": f"{result.check_id}: {result.title}",
+                "score": result.points,
+                "max_score": result.max_points,
+                "status": "passed" if result.status is Status.PASSED else "failed",
+                "output": output.strip(),
+                "visibility": "visible",
+            }
+        )
+    if not report.gradable:
+        summary.append("The submission could not be graded:")
+        tests.append(
+            {
+                "name": "submission loads and runs",
+                "score": 0.0,
+                "max_score": 0.0,
+                "status": "failed",
+                "output": report.traceback,
+                "visibility": "visible",
+            }
+        )
+    return {
+        "score": report.score,
+        "execution_time": math.ceil(report.wall_seconds),
+        "output": "\n".join(summary + ([report.traceback] if not report.gradable else [])),
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+    }
+
+
+def write_gradescope(report: SubmissionReport, path, options: GradeOptions | None = None) -> None:
+    Path(path).write_text(dumps_strict(gradescope_results(report, options)), encoding="utf-8")

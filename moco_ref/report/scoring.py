@@ -1,0 +1,83 @@
+"""What a grade means for a gate: the ``--min-score`` threshold, which families failed, and
+the command that reruns one check."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from moco_ref.judge.results import Status, SubmissionReport
+from moco_ref.observe.options import GradeOptions
+
+NOT_PASSED = (Status.FAILED, Status.ERROR, Status.TIMEOUT)
+_EPSILON = 1e-9
+
+
+@dataclass(frozen=True)
+class MinScore:
+    """``None`` value: full marks. ``percent``: the value is a percentage of the maximum."""
+
+    value: float | None = None
+    percent: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> MinScore:
+        """``"38"`` (points) or ``"90%"`` (of the maximum)."""
+        raw = text.strip()
+        percent = raw.endswith("%")
+        number = float(raw[:-1] if percent else raw)
+        if number < 0 or (percent and number > 100):
+            raise ValueError(f"--min-score must be ≥ 0 (and ≤ 100%), got {text}")
+        return cls(number, percent)
+
+    def threshold(self, report: SubmissionReport) -> float:
+        if self.value is None:
+            return report.max_score
+        return report.max_score * self.value / 100 if self.percent else self.value
+
+    def describe(self) -> str:
+        if self.value is None:
+            return "full marks"
+        return f"{self.value:g}%" if self.percent else f"{self.value:g} points"
+
+
+def meets(report: SubmissionReport, minimum: MinScore) -> bool:
+    """A not-gradable submission never meets a threshold, whatever its value."""
+    return report.gradable and report.score + _EPSILON >= minimum.threshold(report)
+
+
+def failed_families(report: SubmissionReport) -> list[str]:
+    return sorted({result.family for result in report.results if result.status in NOT_PASSED})
+
+
+def has_full_marks(report: SubmissionReport) -> bool:
+    passed_any = any(result.status is Status.PASSED for result in report.results)
+    return report.gradable and passed_any and not failed_families(report)
+
+
+def rerun_command(submission: str, check_id: str, options: GradeOptions | None = None) -> str:
+    """The command that grades just this check again, under the same options."""
+    options = options or GradeOptions()
+    default = GradeOptions()
+    parts = ["moco-ref", "grade", submission, "--check", check_id]
+    if options.style:
+        parts += ["--style", options.style]
+    for flag, name in (
+        ("--temperature", "temperature"),
+        ("--expect-m", "expect_m"),
+        ("--expect-capacity", "expect_capacity"),
+        ("--expect-batch-size", "expect_batch_size"),
+        ("--seed", "seed"),
+        ("--timeout", "timeout"),
+        ("--memory-mb", "memory_mb"),
+        ("--check-timeout", "check_timeout"),
+    ):
+        value = getattr(options, name)
+        if value != getattr(default, name):
+            value = 0 if value is None else value  # --check-timeout 0: no limit of its own
+            parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if options.execute_all_cells:
+        parts.append("--execute-all-cells")
+    if options.allow_reference_import:
+        parts.append("--allow-reference-import")
+    return shlex.join(parts)
