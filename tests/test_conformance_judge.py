@@ -305,3 +305,23 @@ def test_options_round_trip():
     options = GradeOptions(expect_m=0.9, checks=("I3",))
     assert GradeOptions.from_dict(options.to_dict()) == options
     assert replace(options, checks=()).selects("I9-batch-not-own-negative")
+
+
+@pytest.mark.parametrize("timed_out, status", [(True, Status.TIMEOUT), (False, Status.ERROR)])
+def test_an_unobserved_part_is_not_judged_and_says_why(timed_out, status):
+    """A part the sandbox has no observation of reaches the judge as a typed ``Unobserved``:
+    every check that needs it reports timeout/error with the reason; the others are judged."""
+    from moco_ref.judge.gaps import Unobserved
+
+    record = round_trip(observe({"moco_warmup": moco_ref.moco_warmup}, "lab", GradeOptions()))
+    record["train_moco"] = Unobserved("train_moco", "it did not finish within its 3 s", timed_out)
+    results, _ = judge(record, "lab", GradeOptions())
+    lab_ids = {spec.check_id for spec in all_checks("lab")}
+    by_family: dict = {}
+    for result in (r for r in results if r.check_id in lab_ids):
+        by_family.setdefault(result.family, set()).add(result.status)
+    assert by_family["I5"] == by_family["warmup"] == {Status.PASSED}
+    for family in ("contract", "I1", "I2", "I3", "I4", "I6", "I7", "I8", "I9"):
+        assert by_family[family] == {status}, family
+    message = next(r.message for r in results if r.family == "I3")
+    assert message == "not judged: train_moco was not observed: it did not finish within its 3 s"

@@ -13,6 +13,7 @@ import os
 import pytest
 from grading_stubs.leftovers import wait_for_no_leftovers
 
+from moco_ref.grade import grade_submission
 from moco_ref.judge.results import Status
 from moco_ref.observe.options import GradeOptions
 from moco_ref.report.demo import (
@@ -22,7 +23,7 @@ from moco_ref.report.demo import (
     run_demo,
     surprise_details,
 )
-from moco_ref.sandbox import runner
+from moco_ref.sandbox import client
 
 MANIFEST = find_manifest().parents[1] / "adversarial" / "manifest.json"
 EXAMPLES = load_manifest(MANIFEST)
@@ -51,7 +52,7 @@ def test_every_verdict_is_the_expected_one(outcomes, name):
 def test_nothing_is_left_behind_and_the_grader_survives(outcomes):
     assert "spawned 4 processes" in outcomes["orphan_processes.py"].report.stdout
     assert wait_for_no_leftovers() == []
-    zygote = runner.zygote_for(runner._child_environment())
+    zygote = client.zygote_for(client.child_environment())
     assert zygote.alive and zygote.process.poll() is None
 
 
@@ -83,7 +84,7 @@ def test_output_floods_are_capped(outcomes):
 def test_fake_files_change_nothing(outcomes):
     report = outcomes["fake_report_files.py"].report
     assert report.score == 34
-    if runner.zygote_for(runner._child_environment()).namespaces:
+    if client.zygote_for(client.child_environment()).namespaces:
         assert glob.glob("/tmp/moco-ref-fake-*") == []  # read-only outside its scratch
 
 
@@ -105,14 +106,14 @@ def test_reference_imports_are_refused_and_noted(outcomes):
 
 def test_the_reference_import_can_be_allowed():
     example = BY_NAME["imports_reference.py"]
-    report = runner.grade_submission(str(example.path),
+    report = grade_submission(str(example.path),
                                      GradeOptions(style="lab", allow_reference_import=True))
     assert report.gradable and not report.notes  # loads; train_moco then raises on its own
     assert any("NotImplementedError" in r.message for r in report.results)
 
 
 def test_escapes_are_contained_without_namespaces(monkeypatch):
-    monkeypatch.setenv(runner.ISOLATION_VARIABLE, "processes")
+    monkeypatch.setenv(client.ISOLATION_VARIABLE, "processes")
     examples = [BY_NAME[name] for name in ESCAPES]
     for outcome in run_demo(examples, GradeOptions(), jobs=2):
         assert outcome.as_expected, "\n".join(surprise_details(outcome))

@@ -11,6 +11,7 @@ import pytest
 from grading_stubs.fixtures import BAD_FIFO_WARMUP, GOOD_WARMUP, stubbed, write  # noqa: F401
 
 from moco_ref.cli import main
+from moco_ref.grade import grade_submission
 from moco_ref.observe.loader import TargetError
 from moco_ref.observe.options import GradeOptions
 from moco_ref.report.batch import (
@@ -21,7 +22,6 @@ from moco_ref.report.batch import (
     parse_shard,
     shard_of,
 )
-from moco_ref.sandbox.runner import grade_submission
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "submissions"
 

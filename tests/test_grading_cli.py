@@ -16,10 +16,10 @@ from grading_stubs.fixtures import (  # noqa: F401 - fixtures
 )
 
 import moco_ref
+from moco_ref import grade as grading
 from moco_ref.cli import main
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.report.demo import DemoOutcome, Example, manifest_candidates
-from moco_ref.sandbox import runner
 
 
 def _report(target: str, earned: float, gradable: bool = True) -> SubmissionReport:
@@ -45,7 +45,7 @@ def fake_grading(monkeypatch):
                                    gradable=not name.startswith("broken")))
         return reports
 
-    monkeypatch.setattr(runner, "grade_many", grade_many)
+    monkeypatch.setattr(grading, "grade_many", grade_many)
 
 
 @pytest.fixture

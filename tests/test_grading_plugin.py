@@ -11,7 +11,7 @@ from grading_stubs.fixtures import BAD_FIFO_WARMUP, stubbed, write  # noqa: F401
 
 # Imported here, before pytester snapshots sys.modules: torch cannot be imported twice.
 import moco_ref.cli.pytest_plugin  # noqa: F401, E402
-import moco_ref.sandbox.runner  # noqa: F401, E402
+import moco_ref.grade  # noqa: F401, E402
 
 pytest_plugins = ["pytester"]
 

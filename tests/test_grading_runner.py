@@ -12,10 +12,10 @@ import pytest
 from grading_stubs.fixtures import GOOD_WARMUP, stubbed, write  # noqa: F401 - fixture
 from grading_stubs.leftovers import TAG, wait_for_no_leftovers
 
+from moco_ref.grade import grade_submission, grade_tasks
 from moco_ref.judge.results import Status
 from moco_ref.observe.options import GradeOptions
-from moco_ref.sandbox import runner
-from moco_ref.sandbox.runner import grade_submission, grade_tasks
+from moco_ref.sandbox import client
 
 MESSY_BUT_CORRECT = """
 import os, subprocess, sys
@@ -67,7 +67,7 @@ def test_messy_but_correct_submission_is_graded_and_cleaned_up(tmp_path, stubbed
     # a scratch working directory, removed afterwards
     scratch = Path(lines[1].removeprefix("cwd="))
     assert scratch != Path.cwd() and not scratch.exists() and not Path("junk.txt").exists()
-    if runner.zygote_for(runner._child_environment()).namespaces:
+    if client.zygote_for(client.child_environment()).namespaces:
         # read-only file system: the submission cannot write where the grader reads
         assert lines[2:] == ["Read-only file system"] and not outside.exists()
     assert wait_for_no_leftovers() == []  # the `sleep 120` grandchild is gone
@@ -128,14 +128,14 @@ def test_judge_errors_are_reported_not_raised(tmp_path, stubbed, monkeypatch):  
     def broken_judge(observations, style, options):
         raise RuntimeError("judge bug")
 
-    monkeypatch.setattr(sys.modules["moco_ref.judge.judge"], "judge", broken_judge)
+    monkeypatch.setattr(sys.modules["moco_ref.grade"], "judge", broken_judge)
     report = grade_submission(write(tmp_path, "ok.py", GOOD_WARMUP))
     assert not report.gradable and "internal error while judging" in report.traceback
 
 
 def test_the_tag_reaches_the_zygote(stubbed):  # noqa: F811
     """The leftover scan relies on the test run's tag in every zygote's environment."""
-    zygote = runner.zygote_for(runner._child_environment())
+    zygote = client.zygote_for(client.child_environment())
     environ = Path(f"/proc/{zygote.process.pid}/environ").read_bytes()
     assert f"MOCO_REF_TEST_RUN={TAG}".encode() in environ.split(b"\0")
 
@@ -143,7 +143,7 @@ def test_the_tag_reaches_the_zygote(stubbed):  # noqa: F811
 @pytest.mark.parametrize("mode", ["processes"])
 def test_without_namespaces_grandchildren_are_still_killed(tmp_path, stubbed, monkeypatch,  # noqa: F811
                                                            mode):
-    monkeypatch.setenv(runner.ISOLATION_VARIABLE, mode)
+    monkeypatch.setenv(client.ISOLATION_VARIABLE, mode)
     source = ("import subprocess\nsubprocess.Popen(['sleep', '120'], start_new_session=True)\n"
               + GOOD_WARMUP)
     report = grade_submission(write(tmp_path, "escapes.py", source))

@@ -15,11 +15,12 @@ import pytest
 import torch
 from grading_stubs.leftovers import TAG, leftovers, wait_for_no_leftovers
 
+from moco_ref.grade import grade_submission
 from moco_ref.judge.record import validate_part
 from moco_ref.observe import channel
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.worker import observe_submission
-from moco_ref.sandbox import namespaces, procs, runner
+from moco_ref.sandbox import client, namespaces, procs
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples", "submissions")
 
@@ -208,7 +209,7 @@ def test_namespaces_give_a_read_only_offline_world(tmp_path):
 
 
 def test_the_zygote_is_warm_single_threaded_and_isolates():
-    zygote = runner.zygote_for(runner._child_environment())
+    zygote = client.zygote_for(client.child_environment())
     hello = zygote.hello
     assert hello["threads"] == 1  # forking a threaded process is unsafe
     assert {"torch", "torch._dynamo", "moco_ref.observe.worker"} <= set(hello["preload"]["loaded"])
@@ -219,12 +220,12 @@ def test_the_zygote_is_warm_single_threaded_and_isolates():
 def test_a_killed_zygote_is_replaced(tmp_path):
     from grading_stubs.fixtures import GOOD_WARMUP, write
 
-    env = runner._child_environment()
-    old = runner.zygote_for(env)
+    env = client.child_environment()
+    old = client.zygote_for(env)
     os.kill(old.process.pid, signal.SIGKILL)
     old.process.wait()
-    report = runner.grade_submission(write(tmp_path, "ok.py", GOOD_WARMUP + "\nSEED = 0\n"))
-    assert runner.zygote_for(env) is not old
+    report = grade_submission(write(tmp_path, "ok.py", GOOD_WARMUP + "\nSEED = 0\n"))
+    assert client.zygote_for(env) is not old
     assert report.gradable or "internal error" in report.traceback
 
 

@@ -29,3 +29,24 @@ def test_core_imports_without_torchvision():
         "assert 'torchvision' not in [m for m in sys.modules if sys.modules[m]]"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_the_layers_hold_as_declared():
+    """pyproject's import-linter contracts: the layers, and an observing side that imports
+    nothing of the reference or the judge."""
+    command = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(command)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Contracts: 2 kept, 0 broken." in done.stdout
+
+
+def test_the_observing_side_loads_neither_the_reference_nor_the_judge():
+    """What runs beside a submission (the worker and everything it preloads) leaves the
+    reference and the judge unloaded, so a submission cannot reach them in ``sys.modules``."""
+    script = ("import sys, moco_ref.observe.worker\n"
+              "print(sorted(m for m in sys.modules if m.startswith('moco_ref.')"
+              " and not m.startswith('moco_ref.observe')))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

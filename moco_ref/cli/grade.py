@@ -155,7 +155,7 @@ def _options_from(args: argparse.Namespace) -> GradeOptions:
 
 def _apply_isolation(args: argparse.Namespace) -> None:
     if getattr(args, "isolation", None):
-        from moco_ref.sandbox.runner import ISOLATION_VARIABLE
+        from moco_ref.sandbox.client import ISOLATION_VARIABLE
 
         os.environ[ISOLATION_VARIABLE] = args.isolation
 
@@ -181,10 +181,10 @@ def _is_batch(args: argparse.Namespace) -> bool:
 
 
 def run_grade(args: argparse.Namespace) -> int:
+    from moco_ref.grade import grade_many
     from moco_ref.observe.loader import TargetError, expand_targets
     from moco_ref.report.formats import print_reports, to_json, write_gradescope, write_junit
     from moco_ref.report.scoring import MinScore, meets
-    from moco_ref.sandbox.runner import grade_many
 
     try:
         minimum = MinScore.parse(args.min_score) if args.min_score else MinScore()

@@ -96,7 +96,7 @@ class MocoImplementation(pytest.Collector):
     """Observes and judges the implementation once; yields one item per check."""
 
     def collect(self):
-        from moco_ref.sandbox.runner import grade_submission
+        from moco_ref.grade import grade_submission
 
         options = _options(self.config)
         report = grade_submission(_target(self.config), options)

@@ -26,12 +26,12 @@ def add_parsers(subparsers) -> None:
 
 
 def run_record(args: argparse.Namespace) -> int:
+    from moco_ref.grade import observe_sandboxed
     from moco_ref.observe.options import GradeOptions
-    from moco_ref.sandbox import runner
     from moco_ref.tools import refactor_guard
 
     options = GradeOptions(style=args.style, seed=args.seed, timeout=args.timeout)
-    record = runner.observe_sandboxed(args.target, options)
+    record = observe_sandboxed(args.target, options)
     if not record.get("gradable") or record.get("missing"):
         why = record.get("traceback") or "; ".join(
             f"{part}: {reason}" for part, reason in record.get("missing", {}).items())

@@ -23,6 +23,7 @@ from functools import cached_property
 import torch
 
 from moco_ref.judge.assertions import SubmissionError
+from moco_ref.judge.gaps import observed
 from moco_ref.judge.invariants import (
     ColumnTrace,
     KeyUpdate,
@@ -37,6 +38,7 @@ from moco_ref.judge.invariants import (
 )
 from moco_ref.observe.builder_probe import BuilderProbe
 from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.parts import WHOLE
 
 QUERY_VIEW, KEY_VIEW = 0, 1
 
@@ -79,9 +81,15 @@ class BuilderEvidence:
 
     def __init__(self, observations: dict, options: GradeOptions) -> None:
         self.options = options
-        self.record = observations
-        self.probe = BuilderProbe.from_dict(observations.get("probe", {}))
+        self._observations = observations
+        probe = observations.get("probe", {})
+        self.probe = BuilderProbe.from_dict(probe if isinstance(probe, dict) else {})
         self.warmup = {}
+
+    @property
+    def record(self) -> dict:
+        """The whole record (a builder submission is observed in one part)."""
+        return observed(self._observations.get(WHOLE, self._observations))
 
     # ----------------------------------------------------------------- runs
 

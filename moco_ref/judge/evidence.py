@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from moco_ref.judge.assertions import SubmissionError, fmt_ids
+from moco_ref.judge.gaps import observed
 from moco_ref.judge.invariants import (
     KeyUpdate,
     StepLossInputs,
@@ -104,8 +105,14 @@ class LabEvidence:
         self.options = options
         self.record = observations
         self.probe = LabProbe.from_dict(observations.get("probe", {}))
-        self.warmup = observations.get("moco_warmup", {}) or {}
-        self.training = observations.get("train_moco", {}) or {}
+
+    @property
+    def warmup(self) -> dict:
+        return observed(self.record.get("moco_warmup")) or {}
+
+    @property
+    def training(self) -> dict:
+        return observed(self.record.get("train_moco")) or {}
 
     # ----------------------------------------------------------------- training run
 
@@ -539,8 +546,11 @@ class ComponentsEvidence:
         self.options = options
         self.record = observations
         self.seed = int(observations.get("seed", options.seed))
-        self.warmup = observations.get("moco_warmup", {}) or {}
         self._cases: dict[str, list] = {}
+
+    @property
+    def warmup(self) -> dict:
+        return observed(self.record.get("moco_warmup")) or {}
 
     def cases(self, kind: str) -> list:
         if kind not in self._cases:
@@ -550,17 +560,17 @@ class ComponentsEvidence:
     def outputs(self, kind: str) -> list[tuple[int, object, dict]]:
         """``[(case number, case, output)]`` for ``kind``; raises ``SubmissionError`` when the
         component is not defined, or when a case raised (with its traceback)."""
-        outputs = self.record.get(kind)
+        outputs = observed(self.record.get(kind))
         if outputs is None:
             raise SubmissionError(
                 f"{COMPONENT_OF_KIND[kind]} is not defined (the components protocol is in "
                 "moco_ref/judge/COMPONENTS.md)")
         cases = self.cases(kind)
-        observed = self.record.get("fingerprints", {}).get(kind)
-        if len(outputs) != len(cases) or observed != cases_fingerprint(cases):
+        fingerprint = self.record.get("fingerprints", {}).get(kind)
+        if len(outputs) != len(cases) or fingerprint != cases_fingerprint(cases):
             raise SubmissionError(
                 f"the submission's process ran other {kind} cases than the grader draws "
-                f"({len(outputs)} vs {len(cases)}, fingerprint {observed} vs "
+                f"({len(outputs)} vs {len(cases)}, fingerprint {fingerprint} vs "
                 f"{cases_fingerprint(cases)}): observed with another version of hypothesis or "
                 "of the harness? Grade with one environment for both.")
         for number, (case, output) in enumerate(zip(cases, outputs)):

@@ -13,6 +13,7 @@ import traceback
 from moco_ref.judge.assertions import CheckFailure, NotExercised, SubmissionError
 from moco_ref.judge.builder_evidence import BuilderEvidence
 from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
+from moco_ref.judge.gaps import PartNotObserved
 from moco_ref.judge.registry import CheckSpec, all_checks, not_applicable_reason
 from moco_ref.judge.results import CheckResult, Status
 from moco_ref.observe.options import GradeOptions
@@ -69,6 +70,8 @@ def run_check(spec: CheckSpec, style: str, evidence: object) -> CheckResult:
         return _result(spec, Status.FAILED, failure.message, details)
     except NotExercised as reason:
         return _result(spec, Status.NOT_APPLICABLE, str(reason))
+    except PartNotObserved as gap:
+        return _result(spec, Status.TIMEOUT if gap.gap.timed_out else Status.ERROR, str(gap))
     except SubmissionError as error:
         return _result(spec, Status.ERROR, str(error))
     except Exception:  # noqa: BLE001 - a grader bug must not take the other checks down

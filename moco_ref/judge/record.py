@@ -17,7 +17,7 @@ grader's own probe produces before any of them is believed:
   fits, and gradients to the loss the judge recomputes: a record that passes is the record of
   a run that really computed MoCo.
 
-``validate_part`` returns "" or the first problem found; the runner then discards that part,
+``validate_part`` returns "" or the first problem found; the grade then discards that part,
 and every check that needs it reports an error — never a pass.
 """
 

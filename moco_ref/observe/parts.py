@@ -11,9 +11,9 @@ point of the submission:
 The worker observes the parts one after the other and sends each as soon as it is done; the
 grader gives each its own time budget (``--check-timeout``). A part that runs out of time,
 or whose process dies, is recorded as missing, and the remaining parts are observed in a new
-process. Before judging, the grader fills a missing part with a placeholder that makes
-every check needing it report ``timeout`` (or ``error``) — never ``passed`` — while the checks
-on the finished parts are judged as usual.
+process. Before judging, the grader puts a typed ``Unobserved`` entry in place of a missing
+part, so every check needing it reports ``timeout`` (or ``error``) — never ``passed`` — while
+the checks on the finished parts are judged as usual.
 
 A part is observed by running the harness's own ``observe`` on a view of the submission's
 namespace that hides the entry points of the other parts, so the harness stays the single
@@ -33,7 +33,6 @@ from moco_ref.observe.options import GradeOptions
 WHOLE = "all"
 INPUT_MUTATED = "input_mutated"  # train_moco changed the probe's images x in place
 PROBE_DTYPE = "probe_dtype"  # torch's default dtype when the probe was built (lab)
-MISSING_MARKER = "moco-ref: no observation of this part"
 
 
 @dataclass(frozen=True)
@@ -129,7 +128,7 @@ def assemble(style: str, meta: list[dict], entries: dict[str, object]) -> dict:
     """One record from the parts' entries and the rest of the record each part run gave."""
     if WHOLE in entries:
         whole = entries[WHOLE]
-        return dict(whole) if isinstance(whole, dict) else {}
+        return dict(whole) if isinstance(whole, dict) else {WHOLE: whole}
     record: dict = {}
     defined: dict = {}
     for rest in meta:
@@ -144,25 +143,9 @@ def assemble(style: str, meta: list[dict], entries: dict[str, object]) -> dict:
     return record
 
 
-def placeholder(style: str, name: str, reason: str, options: GradeOptions) -> object:
-    """What a missing part is replaced by before judging: an entry that says the part was not
-    observed, shaped so every check that needs it reports an error whose message carries
-    ``MISSING_MARKER`` (turned into ``timeout`` by the runner when the part ran out of time)."""
-    text = f"{MISSING_MARKER}: {reason}"
-    if name == "moco_warmup":
-        return {"defined": True, "error": text, "result": None}
-    if name == "train_moco":
-        return {"defined": True, "error": text}
-    if style == "components":
-        from moco_ref.observe.strategies import component_cases
-
-        return [{"error": text} for _ in component_cases(name, options.seed)]
-    return {"defined": True, "error": text}
-
-
 def fill_components_meta(record: dict, defined: dict, options: GradeOptions) -> None:
     """A components record whose part runs died still needs the shared entries (seed,
-    fingerprints, which entry points are defined) for its placeholders to be read: the grader
+    fingerprints, which entry points are defined) for its other entries to be read: the grader
     draws the cases itself and takes ``defined`` from the worker's stage report."""
     from moco_ref.observe.strategies import cases_fingerprint, component_cases
 

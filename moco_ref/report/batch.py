@@ -319,7 +319,8 @@ def grade_folder(
 ) -> BatchResult:
     """Grade every submission under ``paths`` (of ``shard``), writing reports and summaries to
     ``out``; ``on_start(total)`` once, ``on_done(outcome)`` as each finishes."""
-    from moco_ref.sandbox.runner import grade_tasks, isolation_description
+    from moco_ref.grade import grade_tasks
+    from moco_ref.sandbox.client import isolation_description
 
     started = time.monotonic()
     out = Path(out)

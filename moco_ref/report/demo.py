@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import moco_ref
+from moco_ref.grade import grade_tasks
 from moco_ref.judge.results import SubmissionReport
 from moco_ref.observe.options import GradeOptions
 from moco_ref.report.formats import score_text
 from moco_ref.report.scoring import NOT_PASSED, failed_families, has_full_marks
-from moco_ref.sandbox.runner import grade_tasks
 
 MANIFEST_RELATIVE = Path("examples") / "submissions" / "manifest.json"
 

@@ -16,6 +16,8 @@ STUBS_DIR = Path(__file__).resolve().parent
 def _swap_in(patch: pytest.MonkeyPatch) -> None:
     for name, module in stub_harness.install(modules={}).items():
         patch.setitem(sys.modules, name, module)
+    # the grade imported its judge before any submission ran: replace it there too
+    patch.setattr("moco_ref.grade.judge", stub_harness.judge)
     existing = os.environ.get("PYTHONPATH", "")
     patch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(STUBS_DIR), existing) if p))
 

@@ -22,9 +22,9 @@ _ENTRY = f"{VARIABLE}={TAG}".encode()
 
 
 def _zygote_pids() -> set[int]:
-    from moco_ref.sandbox import runner
+    from moco_ref.sandbox import client
 
-    return {zygote.process.pid for zygote in runner._ZYGOTES.values()}
+    return {zygote.process.pid for zygote in client._ZYGOTES.values()}
 
 
 def leftovers() -> list[tuple[int, str]]:

@@ -63,6 +63,7 @@ def observe(namespace: dict, style: str, options) -> dict:
 
 
 def judge(observations: dict, style: str, options):
+    from moco_ref.judge.gaps import Unobserved
     from moco_ref.judge.results import CheckResult, Status
 
     warmup = observations.get("moco_warmup") or {}
@@ -72,6 +73,9 @@ def judge(observations: dict, style: str, options):
             continue
         if style not in spec.styles:
             status, message = Status.NOT_APPLICABLE, f"does not apply to style {style}"
+        elif isinstance(warmup, Unobserved):
+            status = Status.TIMEOUT if warmup.timed_out else Status.ERROR
+            message = f"not judged: {warmup.part} was not observed: {warmup.reason}"
         elif warmup.get("error"):
             status, message = Status.ERROR, f"moco_warmup raised {warmup['error']}"
         elif spec.check_id.startswith("W1"):

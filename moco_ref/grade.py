@@ -1,0 +1,196 @@
+"""Grading one submission end to end: observe it in the sandbox, validate every part it
+sent against the probe the grader asked for, judge the record here by recomputation, and
+write the ``SubmissionReport``.
+
+A part that was not observed (it ran out of time, its process died, or what it sent was
+inconsistent) reaches the judge as a typed ``Unobserved`` entry, so every check that needs it
+reports ``timeout`` or ``error`` with the reason — never ``passed`` — while the checks on the
+other parts are judged as usual. Nothing a submission does raises out of
+``grade_submission``; ``observe_sandboxed`` observes and validates the same way without
+judging (for ``moco-ref record``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+from moco_ref.judge.gaps import Unobserved
+from moco_ref.judge.judge import judge
+from moco_ref.judge.record import validate_part
+from moco_ref.judge.results import SubmissionReport
+from moco_ref.observe import parts as parts_module
+from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.strategies import default_lab_probe
+from moco_ref.sandbox.observation import MissingPart, SandboxRun, joined_output, observe_in_sandbox
+
+# Validating and judging are quick; one at a time keeps hypothesis and torch's global RNG calm.
+_JUDGE_LOCK = threading.Lock()
+
+
+def grade_submission(target: str, options: GradeOptions | None = None) -> SubmissionReport:
+    """Observe ``target`` in a sandboxed process, judge the observations here, and report."""
+    options = options or GradeOptions()
+    started = time.monotonic()
+    try:
+        report = _report(target, options, observe_in_sandbox(target, options))
+    except Exception as exc:  # noqa: BLE001 - e.g. the zygote could not be started
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        report = SubmissionReport(
+            target, options.style or "unknown", gradable=False,
+            traceback=f"moco-ref internal error while running the submission:\n{trace}",
+        )
+    report.wall_seconds = time.monotonic() - started
+    return report
+
+
+def grade_many(
+    targets: list[str], options: GradeOptions | None = None, *, jobs: int = 1, on_report=None
+) -> list[SubmissionReport]:
+    """Grade several submissions under the same options, ``jobs`` at a time; reports keep the
+    order of ``targets``. ``on_report(report)`` is called as each one finishes."""
+    options = options or GradeOptions()
+    return grade_tasks([(target, options) for target in targets], jobs=jobs, on_report=on_report)
+
+
+def grade_tasks(
+    tasks: list[tuple[str, GradeOptions]], *, jobs: int = 1, on_report=None
+) -> list[SubmissionReport]:
+    """Like ``grade_many`` with options of its own for each submission."""
+
+    def grade(task: tuple[str, GradeOptions]) -> SubmissionReport:
+        report = grade_submission(*task)
+        if on_report is not None:
+            on_report(report)
+        return report
+
+    if jobs <= 1 or len(tasks) <= 1:
+        return [grade(task) for task in tasks]
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="moco-ref-grade") as pool:
+        return list(pool.map(grade, tasks))
+
+
+def _report(target: str, options: GradeOptions, run: SandboxRun) -> SubmissionReport:
+    report = _report_shell(target, options, run)
+    if report.traceback:
+        return report
+    return _judged(report, options, run.stage, run.done, run.missing)
+
+
+def _report_shell(target: str, options: GradeOptions, run: SandboxRun) -> SubmissionReport:
+    """The report before judging: style, notes, output; ``traceback`` set when the submission
+    is not gradable."""
+    attempts, done, missing = run.attempts, run.done, run.missing
+    stage = run.stage
+    result = next((a.result for a in attempts if a.result is not None), None) or {}
+    style = (stage or {}).get("style") or result.get("style") or options.style or "unknown"
+    notes = list((stage or result).get("notes") or [])
+    refused = sorted({name for a in attempts
+                      for name in (a.result or {}).get("refused_imports", [])})
+    if refused:
+        notes.append("the submission tried to import the reference implementation ("
+                     + ", ".join(refused) + "); the import was refused")
+    report = SubmissionReport(
+        submission=target,
+        style=style,
+        gradable=False,
+        notes=notes,
+        stdout=joined_output(attempts, "stdout"),
+        stderr=joined_output(attempts, "stderr"),
+    )
+    if run.failure:
+        report.traceback = run.failure
+        return report
+    if options.style is not None and style != options.style:
+        report.traceback = (f"the submission's process reported style {style!r} where "
+                            f"{options.style!r} was asked for: the record was tampered with")
+        return report
+    observed_any = any("data" in payload or "failed" in payload for payload in done.values())
+    if not observed_any and not any(gap.timed_out for gap in missing.values()):
+        # crashed before any observation: not gradable, as at load time
+        report.traceback = "\n".join(f"{name}: {gap.reason}" for name, gap in missing.items())
+    return report
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def _assembled(report: SubmissionReport, options: GradeOptions, stage: dict, done: dict,
+               missing: dict[str, MissingPart]) -> tuple[dict, dict[str, MissingPart]]:
+    """The observation record to judge: the validated parts, and an ``Unobserved`` entry for
+    each part that is missing, failed or invalid. Returns ``(observations, missing)``."""
+    style = report.style
+    missing = dict(missing)
+    entries: dict[str, object] = {}
+    meta: list[dict] = []
+    for name, payload in done.items():
+        if "failed" in payload:
+            missing[name] = MissingPart("observing it raised:\n" + str(payload["failed"]), False)
+            continue
+        with _JUDGE_LOCK:  # the probe is rebuilt with torch's global RNG: one at a time
+            problem = validate_part(style, name, payload.get("data"), payload.get("meta"),
+                                    options)
+        if problem:
+            missing[name] = MissingPart(
+                "its observations are inconsistent with the probe the grader ran, so they were "
+                f"discarded: {problem}", False)
+            continue
+        entries[name] = payload["data"]
+        meta.append(payload.get("meta") or {})
+        if isinstance(payload["data"], dict) and payload["data"].get(parts_module.INPUT_MUTATED):
+            report.notes.append(
+                "train_moco modified its input x (the probe's images) in place; its recorded "
+                "forwards could not be cross-checked against the probe's own images")
+    for name, gap in missing.items():
+        entries[name] = Unobserved(name, gap.reason, gap.timed_out)
+    observations = parts_module.assemble(style, meta, entries)
+    if style == "components":
+        parts_module.fill_components_meta(observations, stage.get("defined") or {}, options)
+    if style == "lab" and "probe" not in observations:
+        observations["probe"] = default_lab_probe(options.seed).to_dict()
+    observations.setdefault("style", style)
+    return observations, missing
+
+
+def _judged(report: SubmissionReport, options: GradeOptions, stage: dict, done: dict,
+            missing: dict[str, MissingPart]) -> SubmissionReport:
+    observations, _ = _assembled(report, options, stage, done, missing)
+    try:
+        with _JUDGE_LOCK:
+            results, inferred = judge(observations, report.style, options)
+    except Exception as exc:  # noqa: BLE001 - a grader bug must not end the whole run
+        report.traceback = "moco-ref internal error while judging (please report it):\n" + (
+            "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        )
+        return report
+    report.gradable = True
+    report.results = list(results)
+    report.inferred = dict(inferred)
+    return report
+
+
+def observe_sandboxed(target: str, options: GradeOptions | None = None) -> dict:
+    """Observe ``target`` in the sandbox, exactly as grading does, without judging:
+    ``{"gradable", "style", "notes", "traceback", "observations", "missing"}``. The
+    observations are validated part by part; a missing or invalid part is left out and named
+    with its reason in ``missing``."""
+    options = options or GradeOptions()
+    try:
+        run = observe_in_sandbox(target, options)
+    except Exception as exc:  # noqa: BLE001
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return {"gradable": False, "style": options.style, "notes": [], "observations": {},
+                "missing": {}, "traceback": f"moco-ref internal error:\n{trace}"}
+    report = _report_shell(target, options, run)
+    record = {"gradable": False, "style": report.style, "notes": report.notes,
+              "observations": {}, "missing": {}, "traceback": report.traceback}
+    if report.traceback:
+        return record
+    observations, missing = _assembled(report, options, run.stage, run.done, run.missing)
+    observations = {key: value for key, value in observations.items()
+                    if not isinstance(value, Unobserved)}
+    record.update(gradable=True, observations=observations, notes=report.notes,
+                  missing={name: gap.reason for name, gap in missing.items()})
+    return record

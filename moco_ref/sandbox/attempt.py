@@ -1,0 +1,208 @@
+"""One process observing (some parts of) a submission: spawn it in the zygote with its
+pipes, follow its frames against the job's and the part's deadlines, stop it, and keep what
+it left behind (an ``Attempt``)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import secrets
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moco_ref.observe.channel import (
+    EXIT,
+    PART,
+    PART_START,
+    RESULT,
+    STAGE,
+    Frame,
+    FrameReader,
+    new_nonce,
+)
+from moco_ref.observe.loader import is_module_target
+from moco_ref.observe.options import GradeOptions
+from moco_ref.sandbox import procs
+from moco_ref.sandbox.capture import StreamDrain
+from moco_ref.sandbox.client import JobHandle, Zygote, isolation_mode
+
+STOP_GRACE_SECONDS = 5.0
+
+
+@dataclass
+class Attempt:
+    """What one process observing (some parts of) a submission left behind."""
+
+    stage: dict | None = None
+    parts: dict[str, dict] = field(default_factory=dict)  # PART payloads, by part
+    started_part: str | None = None  # started, never finished
+    result: dict | None = None
+    exit: dict | None = None  # the supervisor's EXIT frame
+    supervisor_status: int | None = None
+    timed_out: bool = False  # the whole job's time ran out
+    part_timed_out: bool = False  # started_part ran out of its own time
+    corrupt: str = ""
+    internal_error: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    isolation: str = ""
+    asked: list[str] | None = None  # the parts this process was asked to observe (None: all)
+
+    def exit_text(self) -> str:
+        """How the submission's process ended, in words."""
+        status = (self.exit or {}).get("status")
+        if status is None:
+            if self.supervisor_status is not None and self.exit is None:
+                return "the grader's supervisor process was killed (by the submission?)"
+            return "the submission's process ended"
+        if os.WIFSIGNALED(status):
+            number = os.WTERMSIG(status)
+            name = signal.Signals(number).name if number in signal.valid_signals() else number
+            return f"the submission's process was killed by {name}"
+        return f"the submission's process exited with code {os.WEXITSTATUS(status)}"
+
+    def killed_by_sigkill(self) -> bool:
+        status = (self.exit or {}).get("status")
+        return status is not None and os.WIFSIGNALED(status) and \
+            os.WTERMSIG(status) == signal.SIGKILL
+
+
+def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: float,
+             only_parts: list[str] | None) -> Attempt:
+    mode = isolation_mode()
+    use_namespaces = mode != "processes" and bool(zygote.namespaces)
+    if mode == "namespaces" and not zygote.namespaces:
+        raise RuntimeError("namespaces were required (MOCO_REF_ISOLATION=namespaces) but are "
+                           f"not available here: {zygote.hello.get('isolation_error')}")
+    attempt = Attempt(asked=only_parts)
+    token, nonce = secrets.token_hex(16), new_nonce()
+    events: queue.Queue = queue.Queue()
+    with tempfile.TemporaryDirectory(prefix="moco-ref-grade-",
+                                     ignore_cleanup_errors=True) as scratch:
+        workdir = Path(scratch) / "work"
+        workdir.mkdir()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        channel_r, channel_w = os.pipe()
+        stdout = StreamDrain(os.fdopen(out_r, "rb"))
+        stderr = StreamDrain(os.fdopen(err_r, "rb"))
+        reader = FrameReader(channel_r, nonce, on_frame=events.put)
+        request = {
+            "job": token,
+            "token": token,
+            "nonce": nonce.hex(),
+            "target": target if is_module_target(target) else str(Path(target).resolve()),
+            "options": options.to_dict(),
+            "import_root": os.getcwd(),
+            "scratch": os.path.realpath(scratch),
+            "memory_mb": options.memory_mb,
+            "namespaces": use_namespaces,
+            "parts": only_parts,
+        }
+        handle = None
+        try:
+            handle = zygote.spawn(request, [out_w, err_w, channel_w], events)
+        except Exception as exc:  # noqa: BLE001
+            attempt.internal_error = f"{type(exc).__name__}: {exc}"
+        finally:
+            for fd in (out_w, err_w, channel_w):
+                os.close(fd)
+        if handle is not None:
+            _follow(attempt, handle, events, options, deadline)
+            _stop(handle, token)
+        if not reader.join(STOP_GRACE_SECONDS).closed:
+            reader.stop()  # an escaped process holds the pipe: stop listening
+            reader.join(1.0)
+        attempt.corrupt = reader.log.corrupt
+        for frame in reader.frames():
+            _take(attempt, frame)
+        attempt.stdout, attempt.stderr = stdout.finish(), stderr.finish()
+        if handle is not None and handle.zygote_died and not attempt.internal_error:
+            attempt.internal_error = "the grading zygote died while the submission ran"
+        if attempt.exit is not None:
+            attempt.isolation = attempt.exit.get("isolation", "")
+    return attempt
+
+
+def _take(attempt: Attempt, frame: Frame) -> None:
+    payload = frame.payload
+    if frame.kind == STAGE and attempt.stage is None:
+        attempt.stage = payload
+    elif frame.kind == PART_START:
+        attempt.started_part = str(payload.get("part"))
+    elif frame.kind == PART and isinstance(payload, dict):
+        name = str(payload.get("part"))
+        attempt.parts[name] = payload
+        if attempt.started_part == name:
+            attempt.started_part = None
+    elif frame.kind == RESULT and attempt.result is None:
+        attempt.result = payload
+    elif frame.kind == EXIT and attempt.exit is None:
+        attempt.exit = payload
+
+
+def _follow(attempt: Attempt, handle: JobHandle, events: queue.Queue, options: GradeOptions,
+            deadline: float) -> None:
+    """Wait for the job to end, stopping it at the job's deadline or when the part being
+    observed has run longer than ``check_timeout``."""
+    current, current_since = None, 0.0
+    channel_closed = exited = False
+    exited_at = 0.0
+    while not (channel_closed and exited):
+        now = time.monotonic()
+        limits = [deadline]
+        if current is not None and options.check_timeout:
+            limits.append(current_since + options.check_timeout)
+        if exited:  # the supervisor is gone; only an escaped process could hold the channel
+            limits.append(exited_at + STOP_GRACE_SECONDS)
+        wait = min(limits) - now
+        if wait <= 0:
+            if exited:
+                return
+            if now >= deadline:
+                attempt.timed_out = True
+            else:
+                attempt.part_timed_out = True
+            return
+        try:
+            item = events.get(timeout=wait)
+        except queue.Empty:
+            continue
+        if item is None:
+            channel_closed = True
+        elif isinstance(item, Frame):
+            if item.kind == PART_START:
+                current, current_since = item.payload.get("part"), item.at
+            elif item.kind == PART:
+                current = None
+        else:
+            exited, exited_at = True, time.monotonic()
+            attempt.supervisor_status = handle.status
+
+
+def _stop(handle: JobHandle, token: str) -> None:
+    """End the job: ask the supervisor (it kills the job's processes), then make sure."""
+    pid = handle.pid
+    if pid is None:
+        return
+    if not handle.exited.is_set():
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+        if not handle.exited.wait(STOP_GRACE_SECONDS):
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            handle.exited.wait(STOP_GRACE_SECONDS)
+    procs.kill_until_gone(
+        lambda: procs.job_members(roots=[pid] if procs.alive(pid) else [], sessions=[pid],
+                                  token=token),
+        deadline_seconds=5.0,
+    )
+

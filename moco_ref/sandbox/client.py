@@ -1,0 +1,245 @@
+"""The grader's end of the warm ``zygote``: start one per environment, spawn jobs in it,
+and hear when they start and end.
+
+How a job is isolated (namespaces, or process sweeps where the kernel refuses them) is
+decided here, from ``MOCO_REF_ISOLATION`` and what the zygote found it could do.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import shutil
+import signal
+import site
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from pathlib import Path
+
+import moco_ref
+from moco_ref.sandbox import procs
+from moco_ref.sandbox.capture import StreamDrain
+
+_PACKAGE_ROOT = str(Path(moco_ref.__file__).resolve().parent.parent)
+ISOLATION_VARIABLE = "MOCO_REF_ISOLATION"  # auto (default) | namespaces | processes
+ISOLATION_MODES = ("auto", "namespaces", "processes")
+ZYGOTE_START_SECONDS = 300.0  # importing torch on a busy machine can take a while
+
+
+def isolation_mode() -> str:
+    mode = os.environ.get(ISOLATION_VARIABLE, "auto").strip().lower() or "auto"
+    if mode not in ISOLATION_MODES:
+        raise ValueError(f"{ISOLATION_VARIABLE}={mode!r}: expected one of {ISOLATION_MODES}")
+    return mode
+
+
+def isolation_description() -> str:
+    """How submissions are isolated here: ``namespaces`` (or ``processes``, and why)."""
+    mode = isolation_mode()
+    if mode == "processes":
+        return "processes (namespaces turned off)"
+    zygote = zygote_for(child_environment())
+    if zygote.namespaces:
+        return zygote.namespaces
+    return f"processes (namespaces unavailable: {zygote.hello.get('isolation_error')})"
+
+
+class JobHandle:
+    def __init__(self, job: str, events: queue.Queue) -> None:
+        self.job = job
+        self.events = events
+        self.started = threading.Event()
+        self.pid: int | None = None
+        self.exited = threading.Event()
+        self.status: int | None = None
+        self.zygote_died = False
+
+
+class Zygote:
+    """The grader's end of one zygote process (see ``zygote``)."""
+
+    def __init__(self, env: dict) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._scratch = tempfile.mkdtemp(prefix="moco-ref-zygote-")
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "moco_ref.sandbox.zygote", "--fd", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                cwd=self._scratch,  # nothing importable from where the grader runs
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        self._stderr = StreamDrain(self.process.stderr)
+        self.sock = ours
+        self._send_lock = threading.Lock()
+        self._jobs: dict[str, JobHandle] = {}
+        self._jobs_lock = threading.Lock()
+        self.alive = True
+        self.hello = self._hello()
+        self._thread = threading.Thread(target=self._dispatch, daemon=True,
+                                        name="moco-ref-zygote")
+        self._thread.start()
+
+    def _hello(self) -> dict:
+        self.sock.settimeout(ZYGOTE_START_SECONDS)
+        try:
+            data = self.sock.recv(1 << 16)
+        except (OSError, TimeoutError):
+            data = b""
+        self.sock.settimeout(None)
+        if not data:
+            self.close()
+            tail = self._stderr.finish(timeout=1.0).strip()[-4000:]
+            raise RuntimeError(f"the grading zygote did not start:\n{tail}")
+        return json.loads(data)
+
+    @property
+    def namespaces(self) -> str:
+        return self.hello.get("isolation", "")
+
+    def spawn(self, request: dict, fds: list[int], events: queue.Queue) -> JobHandle:
+        from moco_ref.sandbox.zygote import send
+
+        handle = JobHandle(request["job"], events)
+        with self._jobs_lock:
+            if not self.alive:
+                raise RuntimeError("the grading zygote is gone")
+            self._jobs[handle.job] = handle
+        with self._send_lock:
+            send(self.sock, {"op": "spawn", **request}, fds)
+        if not handle.started.wait(60.0) or handle.pid is None:
+            raise RuntimeError("the grading zygote did not start the job"
+                               + (" (it died)" if handle.zygote_died else ""))
+        return handle
+
+    def _dispatch(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            message = json.loads(data)
+            with self._jobs_lock:
+                handle = self._jobs.get(message.get("job"))
+            if handle is None:
+                continue
+            if message["event"] == "started":
+                handle.pid = int(message["pid"])
+                handle.started.set()
+            elif message["event"] == "exited":
+                handle.status = int(message["status"])
+                handle.exited.set()
+                handle.events.put(("exited", handle.status))
+                with self._jobs_lock:
+                    self._jobs.pop(handle.job, None)
+        with self._jobs_lock:
+            self.alive = False
+            orphans = list(self._jobs.values())
+            self._jobs.clear()
+        for handle in orphans:
+            handle.zygote_died = True
+            handle.started.set()
+            handle.exited.set()
+            handle.events.put(("zygote-died", None))
+
+    def close(self) -> None:
+        self.alive = False
+        try:  # shutdown first: it also wakes the dispatcher blocked in recv()
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self.sock.close()  # the zygote kills its jobs and exits
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.process.wait()
+        if self.process.stderr is not None:
+            self._stderr.finish(timeout=1.0)
+            self.process.stderr.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+_ZYGOTES: dict[tuple, Zygote] = {}
+_ZYGOTES_LOCK = threading.Lock()
+MAX_ZYGOTES = 3  # e.g. the real harness, a test stand-in, a pytester run
+
+
+def zygote_for(env: dict) -> Zygote:
+    """The live zygote started with ``env`` (one is started if needed)."""
+    key = tuple(sorted(env.items()))
+    with _ZYGOTES_LOCK:
+        zygote = _ZYGOTES.pop(key, None)
+        if zygote is not None and (not zygote.alive or zygote.process.poll() is not None):
+            zygote.close()  # died (or was killed): a new one
+            zygote = None
+        if zygote is None:
+            while len(_ZYGOTES) >= MAX_ZYGOTES:  # the least recently used goes
+                _ZYGOTES.pop(next(iter(_ZYGOTES))).close()
+            zygote = Zygote(env)
+        _ZYGOTES[key] = zygote  # most recently used last
+        return zygote
+
+
+def shutdown_zygotes() -> None:
+    """Stop every zygote (and whatever job they still run)."""
+    with _ZYGOTES_LOCK:
+        zygotes = list(_ZYGOTES.values())
+        _ZYGOTES.clear()
+    for zygote in zygotes:
+        zygote.close()
+
+
+atexit.register(shutdown_zygotes)
+
+
+# Not given to submissions: the grader's own settings, and what changes from test to test
+# (it would start a new zygote each time).
+_NOT_PASSED_ON = (procs.TOKEN_VARIABLE, ISOLATION_VARIABLE, "PYTEST_CURRENT_TEST")
+
+
+def child_environment() -> dict:
+    env = dict(os.environ)
+    for name in _NOT_PASSED_ON:
+        env.pop(name, None)
+    if not _installed_in_site_packages():  # a source checkout: the child must find moco_ref
+        env["PYTHONPATH"] = os.pathsep.join(
+            part for part in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if part
+        )
+    env.update(
+        PYTHONUNBUFFERED="1",  # what was printed before a crash is not lost in a buffer
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONHASHSEED="0",
+        MPLBACKEND="Agg",  # plots in executed notebook cells draw nowhere
+        OMP_NUM_THREADS="1",  # no thread pools in the zygote: it forks
+        OPENBLAS_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+    )
+    return env
+
+
+def _installed_in_site_packages() -> bool:
+    """Site-packages must not go on PYTHONPATH: it would come before the standard library."""
+    paths = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    paths.update(getattr(site, "getsitepackages", list)())
+    return any(Path(path).resolve() == Path(_PACKAGE_ROOT) for path in paths if path)
+

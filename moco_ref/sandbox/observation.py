@@ -1,0 +1,178 @@
+"""Observing one submission in the sandbox, over as many fresh processes as it takes: a
+part that ran out of time or whose process died is recorded missing, with why, and the
+remaining parts are observed anew. Nothing here judges; ``moco_ref.grade`` does that with
+what this returns (a ``SandboxRun``).
+
+
+Each submission runs in a process of its own, forked from a warm ``zygote`` (torch and the
+observer already imported), under a supervisor that kills everything it started when it
+ends. It has
+
+- its own session, and — where the kernel allows unprivileged namespaces — its own user, PID,
+  network, IPC and mount namespaces: no network, a read-only file system except a private
+  ``/tmp`` (its working directory is there), and a PID namespace the kernel empties when the
+  job ends (``namespaces``). Elsewhere: a child-subreaper supervisor, session and
+  environment-token sweeps (``procs``) and a fresh temporary working directory;
+- a wall-clock timeout for the whole job (``GradeOptions.timeout``) and one per observed part
+  (``check_timeout``); an address-space limit (``RLIMIT_AS = memory_mb``; torch and the
+  preloaded modules map ~3.6 GB of it), no core dumps, no file larger than 1 GiB;
+- no standard input; stdout/stderr captured, keeping the first and last 10 kB of each;
+- the reference-import guard (``guard``) unless ``allow_reference_import``.
+
+Observations come back as frames on a pipe no file name leads to (``channel``), part by part
+(``parts``). The grader validates them against the probe it asked for (``record``) and judges
+them here, by recomputation. A part that ran out of time is reported ``timeout``; one whose
+process died, or whose observations were inconsistent, makes the checks that need it report
+``error``; the other parts are observed in a fresh process and judged as usual. A submission
+that cannot be loaded gives a report with ``gradable=False`` and the traceback; nothing a
+submission does raises out of ``grade_submission``. ``observe_sandboxed`` observes the same
+way without judging (for ``moco-ref record``).
+
+What the isolation does not stop: without namespaces, a submission runs as the grader's user
+and can signal or ptrace the grader's processes, write anywhere the user can (other reports,
+the cache, the grader's code) and use the network; a process that deliberately kills the
+supervisor and the zygote, leaves its session and clears its environment can outlive the job.
+With namespaces it can still read what the user can read, and there is no limit on the number
+of processes or on CPU time beyond the wall-clock timeouts (no cgroup is used).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from moco_ref.observe.options import GradeOptions
+from moco_ref.sandbox.attempt import Attempt, run_attempt
+from moco_ref.sandbox.client import child_environment, zygote_for
+
+MIN_RETRY_SECONDS = 3.0  # observing the remaining parts anew needs at least this much time
+
+
+@dataclass(frozen=True)
+class MissingPart:
+    """A part with no observation: why, and whether it was because time ran out."""
+
+    reason: str
+    timed_out: bool
+
+
+@dataclass
+class SandboxRun:
+    """Everything observing one submission gave, over one or more processes."""
+
+    attempts: list[Attempt]
+    stage: dict | None  # the STAGE frame: style, notes, parts, which entry points exist
+    done: dict[str, dict]  # PART payloads of the parts observed, by part
+    missing: dict[str, MissingPart]  # parts not observed, and why
+    failure: str  # why the submission is not gradable ("" when it is)
+
+
+def observe_in_sandbox(target: str, options: GradeOptions) -> SandboxRun:
+    zygote = zygote_for(child_environment())
+    deadline = time.monotonic() + options.timeout  # the zygote's start-up is not the job's
+    attempts: list[Attempt] = []
+    stage: dict | None = None
+    done: dict[str, dict] = {}
+    missing: dict[str, MissingPart] = {}
+    only: list[str] | None = None
+    failure = ""  # why the submission is not gradable, if it is not
+    while True:
+        attempt = run_attempt(zygote, target, options, deadline, only)
+        attempts.append(attempt)
+        if attempt.internal_error:
+            failure = f"moco-ref internal error: {attempt.internal_error}"
+            break
+        if attempt.stage is None or (stage is not None and attempt.stage != stage):
+            if stage is None:
+                failure = _not_loaded(attempt, options)
+                break
+            for name in _remaining(stage, done, missing):
+                missing[name] = MissingPart("the submission loaded differently in a fresh process "
+                                         "and could not be observed again", False)
+            break
+        stage = attempt.stage
+        progress = False
+        for name, payload in attempt.parts.items():
+            if name in stage.get("parts", []) and name not in done and name not in missing:
+                done[name] = payload
+                progress = True
+        if attempt.corrupt:
+            for name in _remaining(stage, done, missing):
+                missing[name] = MissingPart(f"the observation channel was tampered with "
+                                         f"({attempt.corrupt})", False)
+            break
+        running = attempt.started_part
+        if running is not None and running not in done and running not in missing:
+            missing[running] = MissingPart(*_why_unfinished(attempt, options))
+            progress = True
+        remaining = _remaining(stage, done, missing)
+        if not remaining or attempt.result is not None:
+            for name in remaining:  # finished, yet not observed: not the worker's doing
+                missing[name] = MissingPart("no observation was sent for it", False)
+            break
+        if attempt.timed_out or deadline - time.monotonic() < MIN_RETRY_SECONDS:
+            for name in remaining:
+                missing[name] = MissingPart(
+                    f"not observed: the submission's {options.timeout:g} s ran out", True)
+            break
+        if not progress:
+            for name in remaining:
+                missing[name] = MissingPart(f"{attempt.exit_text()} before observing it", False)
+            break
+        only = remaining  # the rest, in a fresh process
+    return SandboxRun(attempts, stage, done, missing, failure)
+
+
+def _remaining(stage: dict, done: dict, missing: dict) -> list[str]:
+    return [name for name in stage.get("parts", []) if name not in done and name not in missing]
+
+
+def _why_unfinished(attempt: Attempt, options: GradeOptions) -> tuple[str, bool]:
+    if attempt.part_timed_out:
+        return (f"it did not finish within its {options.check_timeout:g} s "
+                "(--check-timeout): an endless loop, or far more work than the probe needs?",
+                True)
+    if attempt.timed_out:
+        return (f"the submission did not finish within {options.timeout:g} s of wall-clock "
+                "time and was stopped: an endless loop, or far more work than the probe needs?",
+                True)
+    text = attempt.exit_text() + " while it was being observed"
+    if attempt.killed_by_sigkill():
+        text += f" (out of memory? the limit is {options.memory_mb} MB of address space)"
+    tail = attempt.stderr.strip()[-2000:]
+    if tail:
+        text += f"\n--- end of its stderr ---\n{tail}"
+    return text, False
+
+
+def _not_loaded(attempt: Attempt, options: GradeOptions) -> str:
+    """Why a submission that never reached observation is not gradable."""
+    if attempt.result is not None and not attempt.result.get("gradable"):
+        trace = attempt.result.get("traceback")
+        return str(trace or f"failed while: {attempt.result.get('stage')}")
+    if attempt.corrupt:
+        return f"the observation channel was tampered with: {attempt.corrupt}"
+    if attempt.timed_out:
+        return (
+            f"timed out after {options.timeout:g} s while loading the submission (before any "
+            "observation): top-level work such as a training run? Notebooks skip it unless "
+            "--execute-all-cells is given."
+        )
+    cause = attempt.exit_text()
+    if attempt.killed_by_sigkill():
+        cause += f" (out of memory? the limit is {options.memory_mb} MB of address space)"
+    tail = attempt.stderr.strip()[-4000:]
+    return f"{cause} before any observation was recorded" + (
+        f"\n--- end of its stderr ---\n{tail}" if tail else ""
+    )
+
+
+def joined_output(attempts: list[Attempt], stream: str) -> str:
+    if len(attempts) == 1:
+        return getattr(attempts[0], stream)
+    pieces = []
+    for number, attempt in enumerate(attempts, start=1):
+        label = "all parts" if attempt.asked is None else "parts " + ", ".join(attempt.asked)
+        pieces.append(f"--- process {number} ({label}) ---\n{getattr(attempt, stream)}")
+    return "\n".join(pieces)
+
