@@ -81,7 +81,8 @@ def _add_grade(subparsers) -> None:
         nargs="+",
         metavar="ID",
         default=[],
-        help="run only the checks whose id contains ID (repeatable)",
+        help="run only this check (a whole id, e.g. I3-fifo-keeps-newest) or family (I3, "
+             "contract, warmup); repeatable",
     )
     judging.add_argument("--seed", type=int, default=GradeOptions.seed, help="probe seed")
     parser.set_defaults(run=run_grade)
@@ -166,14 +167,10 @@ def _usage_error(message: str) -> int:
 
 
 def _unknown_checks(selected: tuple[str, ...]) -> list[str]:
-    """Parts of --check that match no check id (empty when the registry cannot tell)."""
-    try:
-        from moco_ref.judge.registry import all_checks
+    """The --check values that name no check id and no family."""
+    from moco_ref.judge.registry import unknown_selectors
 
-        known = [spec.check_id for spec in all_checks()]
-    except Exception:  # noqa: BLE001 - the registry is optional for this courtesy
-        return []
-    return [part for part in selected if not any(part in check_id for check_id in known)]
+    return unknown_selectors(selected)
 
 
 def _is_batch(args: argparse.Namespace) -> bool:
@@ -196,7 +193,8 @@ def run_grade(args: argparse.Namespace) -> int:
     options = _options_from(args)
     unknown = _unknown_checks(options.checks)
     if unknown:
-        return _usage_error(f"--check {' '.join(unknown)} matches no check id")
+        return _usage_error(f"--check {' '.join(unknown)} names no check id or family "
+                            "(`moco-ref checks` lists them)")
     if _is_batch(args):
         return _run_batch(args, options, minimum)
     try:

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from moco_ref import __version__
+from moco_ref.cli import checks as checks_cli
 from moco_ref.cli import golden as golden_cli
 from moco_ref.cli import grade as grading_cli
 from moco_ref.cli import refactor as refactor_cli
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_walk(subparsers)
     grading_cli.add_parsers(subparsers)  # grade, demo
+    checks_cli.add_parser(subparsers)
     golden_cli.add_parser(subparsers)
     refactor_cli.add_parsers(subparsers)  # record, compare
     training_cli.add_parser(subparsers)

@@ -1,10 +1,11 @@
-"""The checks the harness knows, and which submission style a namespace is.
+"""The checks the harness knows.
 
-A check is a named function whose docstring states the contract it enforces
-(scikit-learn's ``estimator_checks`` style). It is registered under an id usable with
-``-k``/``--check`` (``I3-fifo-keeps-newest``), a title, the family of the invariant it pins
-(``I1`` … ``I9``, ``contract``, ``warmup``), points, and one implementation per submission
-style it applies to. For any other style it is reported not applicable, never passed.
+A check is declared once, in the module of the invariant family it pins
+(``moco_ref.judge.checks.i3_fifo`` …): an id usable with ``-k``/``--check``
+(``I3-fifo-keeps-newest``), a title, points and the contract it enforces
+(scikit-learn's ``estimator_checks`` style). Each style it applies to has an implementation
+beside it, named after the id, whose docstring says how that style is judged. For any other
+style the check is reported not applicable, never passed.
 
 Families: ``I1``–``I9`` are DESIGN's invariants (``I5`` holds the three warm-up *values* of
 ``moco_warmup``); ``contract`` is what ``train_moco`` (or the components protocol) must
@@ -17,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from moco_ref.observe.options import STYLES
+
 FAMILIES = ("contract", "I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "warmup")
 
 CheckFunction = Callable[[object], "str | None"]
@@ -24,16 +27,24 @@ CheckFunction = Callable[[object], "str | None"]
 
 @dataclass
 class CheckSpec:
+    """One check: declared once (id, title, points, the contract it enforces), judged by one
+    implementation per style it applies to, each with its own "how this style is judged"
+    docstring."""
+
     check_id: str
     title: str
     family: str
     points: float
-    docstring: str
+    contract: str
     implementations: dict[str, CheckFunction] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
         return self.check_id
+
+    @property
+    def docstring(self) -> str:
+        return self.contract
 
     @property
     def styles(self) -> tuple[str, ...]:
@@ -42,49 +53,81 @@ class CheckSpec:
     def applies_to(self, style: str) -> bool:
         return style in self.implementations
 
+    def how_judged(self, style: str) -> str:
+        """The docstring of ``style``'s implementation, on one line."""
+        return " ".join((self.implementations[style].__doc__ or "").split())
+
+    def function_name(self, style: str) -> str:
+        """What an implementation must be called: the id in snake case, plus the style when
+        the function serves that style alone."""
+        return function_name(self.check_id, style if self._single(style) else None)
+
+    def _single(self, style: str) -> bool:
+        function = self.implementations[style]
+        return sum(f is function for f in self.implementations.values()) == 1
+
+    def judges(self, *styles: str):
+        """Register the decorated function as this check's implementation for ``styles``."""
+
+        def decorate(function: CheckFunction) -> CheckFunction:
+            for style in styles:
+                if style not in STYLES:
+                    raise ValueError(f"check {self.check_id!r}: unknown style {style!r}")
+                if style in self.implementations:
+                    raise ValueError(f"check {self.check_id!r} already has a {style!r} "
+                                     "implementation")
+                self.implementations[style] = function
+            expected = function_name(self.check_id, styles[0] if len(styles) == 1 else None)
+            if function.__name__ != expected:
+                raise ValueError(f"the {'/'.join(styles)} implementation of {self.check_id!r} "
+                                 f"must be named {expected}, not {function.__name__}")
+            function.check_id = self.check_id
+            return function
+
+        return decorate
+
 
 _CHECKS: dict[str, CheckSpec] = {}
 
 
-def check(check_id: str, title: str, family: str, points: float, styles: tuple[str, ...]):
-    """Register the decorated function as the implementation of ``check_id`` for ``styles``.
+def function_name(check_id: str, style: str | None) -> str:
+    return check_id.lower().replace("-", "_") + (f"_{style}" if style else "")
 
-    The first registration of an id fixes its title, family, points and docstring; a later
-    one (another style's implementation) must agree on family and points.
-    """
-    if family not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}")
-    if not check_id.startswith(family + "-"):
-        raise ValueError(f"check id {check_id!r} must start with its family {family!r}")
 
-    def decorate(function: CheckFunction) -> CheckFunction:
-        spec = _CHECKS.get(check_id)
-        if spec is None:
-            doc = " ".join((function.__doc__ or "").split())
-            spec = _CHECKS[check_id] = CheckSpec(check_id, title, family, float(points), doc)
-        elif spec.family != family or spec.points != float(points):
-            raise ValueError(f"check {check_id!r} registered twice with different family/points")
-        for style in styles:
-            if style in spec.implementations:
-                raise ValueError(f"check {check_id!r} already has a {style!r} implementation")
-            spec.implementations[style] = function
-        function.check_id = check_id
-        return function
+def family_of(check_id: str) -> str:
+    """The family a check id starts with: ``I3-fifo-keeps-newest`` is in ``I3``."""
+    return check_id.split("-", 1)[0]
 
-    return decorate
+
+def check(check_id: str, title: str, *, points: float, contract: str) -> CheckSpec:
+    """Declare a check once; its implementations register with ``@SPEC.judges(style, ...)``."""
+    family = family_of(check_id)
+    if family not in FAMILIES or check_id == family:
+        raise ValueError(f"check id {check_id!r} must start with one of {FAMILIES} and a dash")
+    if check_id in _CHECKS:
+        raise ValueError(f"check {check_id!r} is declared twice")
+    spec = _CHECKS[check_id] = CheckSpec(check_id, title, family, float(points),
+                                         " ".join(contract.split()))
+    return spec
 
 
 def _load() -> None:
-    # The modules register their checks on import.
-    from moco_ref.judge import builder_checks, component_checks, lab_checks  # noqa: F401
+    # The family modules declare their checks on import.
+    import moco_ref.judge.checks  # noqa: F401
 
 
 def all_checks(style: str | None = None) -> list[CheckSpec]:
-    """Every registered check (those that apply to ``style`` when given), by family, in
-    registration order within a family."""
+    """Every declared check (those that apply to ``style`` when given), by family, in
+    declaration order within a family."""
     _load()
     specs = [s for s in _CHECKS.values() if style is None or s.applies_to(style)]
     return sorted(specs, key=lambda s: FAMILIES.index(s.family))
+
+
+def unknown_selectors(selectors) -> list[str]:
+    """The selectors that name no check and no family."""
+    ids = {spec.check_id for spec in all_checks()}
+    return [s for s in selectors if s not in ids and s not in FAMILIES]
 
 
 # Why a check does not apply to a style, when there is more to say than "it does not":

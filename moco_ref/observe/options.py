@@ -16,7 +16,7 @@ class GradeOptions:
     expect_capacity: int | None = None
     expect_batch_size: int | None = None
     seed: int = 0  # probe seed; grading is deterministic for a given seed
-    checks: tuple[str, ...] = field(default_factory=tuple)  # substrings of check ids; empty = all
+    checks: tuple[str, ...] = field(default_factory=tuple)  # check ids or families; empty = all
     execute_all_cells: bool = False  # notebooks: run every cell instead of definitions only
     timeout: float = 60.0  # wall-clock seconds for the whole submission
     memory_mb: int = 4096
@@ -33,4 +33,6 @@ class GradeOptions:
         return cls(**data)
 
     def selects(self, check_id: str) -> bool:
-        return not self.checks or any(part in check_id for part in self.checks)
+        """A whole check id, or its family: ``I1`` selects ``I1-…`` and never ``I10-…``."""
+        family = check_id.split("-", 1)[0]
+        return not self.checks or any(chosen in (check_id, family) for chosen in self.checks)

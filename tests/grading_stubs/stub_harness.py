@@ -38,6 +38,11 @@ def all_checks(style=None):
     return [spec for spec in SPECS if style is None or style in spec.styles]
 
 
+def unknown_selectors(selectors) -> list[str]:
+    known = {spec.check_id for spec in SPECS} | {spec.check_id.split("-")[0] for spec in SPECS}
+    return [s for s in selectors if s not in known]
+
+
 def detect_style(namespace: dict) -> str:
     if "moco_warmup" in namespace or "train_moco" in namespace:
         return "lab"
@@ -103,7 +108,8 @@ def install(modules=None) -> dict:
         ("moco_ref.observe.observers", {"observe": observe}),
         ("moco_ref.observe.styles", {"detect_style": detect_style}),
         ("moco_ref.judge.judge", {"judge": judge}),
-        ("moco_ref.judge.registry", {"all_checks": all_checks, "CheckSpec": CheckSpec}),
+        ("moco_ref.judge.registry", {"all_checks": all_checks, "CheckSpec": CheckSpec,
+                                     "unknown_selectors": unknown_selectors}),
     ):
         module = types.ModuleType(name)
         module.__dict__.update(attributes, __stub__=this)

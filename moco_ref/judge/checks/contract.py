@@ -1,0 +1,368 @@
+"""What a submission must define and return: LAB 07's ``train_moco`` value, the
+official ``MoCo`` interface, the components protocol."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from moco_ref.judge.assertions import (
+    SubmissionError,
+    assert_close,
+    at_step,
+    fail,
+    fmt_values,
+    require,
+)
+from moco_ref.judge.builder_evidence import BuilderEvidence
+from moco_ref.judge.checks.common import builder_where
+from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence, describe_value
+from moco_ref.judge.registry import check
+
+RETURN_NAMES = ("query", "key", "queue", "queue_ids", "history", "trace", "drift")
+
+
+LAB_TRACE_KEYS = ("step", "queue_size", "first_source_id", "last_source_id")
+
+
+def _history(ev: LabEvidence) -> list:
+    history = ev.returned.get("history")
+    if not isinstance(history, list):
+        fail("history must be a list of numbers (mean loss per epoch)", expected="a list",
+             got=describe_value(history))
+    return history
+
+
+def _shape(info: dict) -> str:
+    if "shape" in info:
+        return f"a {info.get('dtype')} tensor of shape {info['shape']}"
+    return f"a {info.get('type')}"
+
+
+RETURNS_SEVEN_VALUES = check(
+    "contract-returns-seven-values",
+    "train_moco returns LAB 07's seven values",
+    points=1,
+    contract=(
+        "train_moco(initial, x, train, epochs) returns LAB 07's (query, key, queue, queue_ids, "
+        "history, trace, drift): two nn.Module encoders, the queue [n, d] float oldest first, "
+        "queue_ids [n] integer, history one number per epoch, trace a list of dicts, drift a "
+        "number."
+    ),
+)
+
+
+@RETURNS_SEVEN_VALUES.judges('lab')
+def contract_returns_seven_values_lab(ev: LabEvidence) -> str | None:
+    """``train_moco(initial, x, train, epochs)`` returns ``(query, key, queue, queue_ids,
+    history, trace, drift)``: two ``nn.Module`` encoders, the queue ``[n, 24]`` float oldest
+    first, ``queue_ids`` ``[n]`` integer, ``history`` one number per epoch, ``trace`` a list
+    of dicts, ``drift`` a number."""
+    returned = ev.returned
+    require(returned.get("length") == 7, "train_moco must return LAB 07's 7-tuple",
+            expected="(query, key, queue, queue_ids, history, trace, drift)",
+            got=f"a {returned.get('type')} of length {returned.get('length')}")
+    items = returned["items"]
+    for index in (0, 1):
+        require(items[index].get("module", False), f"{RETURN_NAMES[index]} must be an nn.Module",
+                expected="an nn.Module", got=f"a {items[index]['type']}")
+    queue, ids = returned.get("queue"), returned.get("queue_ids")
+    require(isinstance(queue, torch.Tensor) and queue.ndim == 2 and queue.is_floating_point(),
+            "queue must be a [n, 24] float tensor", expected="a [n, 24] float tensor",
+            got=describe_value(queue))
+    d = ev.require_run()["projection_dim"]
+    require(queue.shape[1] == d, "queue must be returned as [n, d], one key per row",
+            expected=f"shape [n, {d}]",
+            got=f"shape {list(queue.shape)}" + (" (dim-first: return queue.T)"
+                                                  if queue.shape[0] == d else ""))
+    require(isinstance(ids, torch.Tensor) and ids.ndim == 1 and not ids.is_floating_point()
+            and ids.dtype != torch.bool,
+            "queue_ids must be a [n] integer tensor", expected="a [n] int64 tensor",
+            got=describe_value(ids))
+    require(len(ids) == len(queue), "queue_ids must hold one id per queued key",
+            expected=f"{len(queue)} ids", got=f"{len(ids)}")
+    history = returned.get("history")
+    require(isinstance(history, list) and all(isinstance(v, (int, float)) for v in history),
+            "history must be a list of numbers (mean loss per epoch)",
+            expected="a list of floats", got=describe_value(history))
+    trace = returned.get("trace")
+    require(isinstance(trace, list) and all(isinstance(v, dict) for v in trace),
+            "trace must be a list of dicts", expected="a list of dicts", got=describe_value(trace))
+    drift = returned.get("drift")
+    require(isinstance(drift, (int, float)) and not isinstance(drift, bool),
+            "drift must be a number", expected="a float", got=describe_value(drift))
+    return None
+
+
+BATCH_SIZE = check(
+    "contract-batch-size",
+    "batches have one size (the assignment's, if pinned)",
+    points=1,
+    contract=(
+        "Every epoch cuts the shuffled training ids into batches of one size (the last may be "
+        "smaller) and visits every training id once; a batch size the assignment pins "
+        "(--expect-batch-size) is the one used."
+    ),
+)
+
+
+@BATCH_SIZE.judges('lab')
+def contract_batch_size_lab(ev: LabEvidence) -> str | None:
+    """Every epoch cuts the shuffled training ids into batches of one size (the last batch of
+    an epoch may be smaller) and covers every training id once; when the assignment pins the
+    batch size (``--expect-batch-size``) that is the size."""
+    size = ev.batch_size
+    train = set(ev.require_run()["train"].tolist())
+    for epoch in range(ev.epochs_observed):
+        steps = [s for s in ev.steps if s.epoch == epoch]
+        sizes = [len(s.ids) for s in steps]
+        require(all(n == size for n in sizes[:-1]) and sizes[-1] <= size,
+                "batches of one epoch have different sizes", where=f"in epoch {epoch}",
+                expected=f"batches of {size} (the last may be smaller)", got=f"sizes {sizes}")
+        seen = [i for s in steps for i in s.ids.tolist()]
+        if epoch < ev.epochs_observed - 1 or len(seen) == len(train):
+            require(sorted(seen) == sorted(train), "an epoch does not visit every training image "
+                    "exactly once", where=f"in epoch {epoch}",
+                    expected=f"the {len(train)} ids of `train`, each once",
+                    got=f"{len(seen)} ids, {len(set(seen))} distinct, "
+                        f"{len(set(seen) - train)} not in `train`")
+    pinned = ev.options.expect_batch_size
+    if pinned is not None:
+        require(size == pinned, "the batch size is not the assignment's", where="over the run",
+                expected=f"batches of {pinned}", got=f"batches of {size}")
+    return f"batch size {size}"
+
+
+HISTORY_EPOCH_MEANS = check(
+    "contract-history-epoch-means",
+    "history holds each epoch's mean loss",
+    points=1,
+    contract=(
+        "history holds one entry per epoch: the mean over that epoch's steps of the loss each "
+        "step minimized."
+    ),
+)
+
+
+@HISTORY_EPOCH_MEANS.judges('lab')
+def contract_history_epoch_means_lab(ev: LabEvidence) -> str | None:
+    """``history`` has one entry per epoch, the mean over that epoch's steps of the loss the
+    step minimized, as recomputed from the recorded q, k and queue."""
+    history = _history(ev)
+    epochs = ev.probe.epochs
+    require(len(history) == epochs, "history must hold one mean loss per epoch",
+            expected=f"{epochs} values (the probe trains {epochs} epochs)",
+            got=f"{len(history)}: {fmt_values(history)}")
+    fit = ev.loss
+    if fit.form.mask == "positive-too":
+        return "values not compared: with the positive masked the loss is set by the mask constant"
+    for epoch in range(epochs):
+        losses = [fit.losses[s.index] for s in ev.steps if s.epoch == epoch]
+        if not losses or any(v is None for v in losses):
+            continue
+        expected = sum(losses) / len(losses)
+        got = history[epoch]
+        if not math.isclose(got, expected, rel_tol=1e-4, abs_tol=1e-5):
+            unrecognized = "" if fit.all_match else (
+                " (the loss itself could not be recomputed: see I8-loss-matches-recomputation)")
+            fail("history is not the mean loss of each epoch" + unrecognized,
+                 where=f"for epoch {epoch} ({len(losses)} steps)",
+                 expected=f"{expected:.6g} (mean of the recomputed step losses "
+                          f"{fmt_values(losses, 4)})", got=f"{got:.6g}")
+    return None
+
+
+TRACE_MATCHES_RUN = check(
+    "contract-trace-matches-run",
+    "trace describes the queue after the first steps",
+    points=1,
+    contract=(
+        "trace holds one dict per first step (step, queue_size, first_source_id, "
+        "last_source_id) describing the queue right after that step's enqueue."
+    ),
+)
+
+
+@TRACE_MATCHES_RUN.judges('lab')
+def contract_trace_matches_run_lab(ev: LabEvidence) -> str | None:
+    """``trace`` is a non-empty list of dicts for the first steps; when it uses LAB 07's keys
+    (``step``, ``queue_size``, ``first_source_id``, ``last_source_id``) their values are the
+    queue's after that step, as the submission's own queue rule produced it."""
+    trace = ev.returned.get("trace")
+    require(isinstance(trace, list) and len(trace) > 0 and all(isinstance(e, dict) for e in trace),
+            "trace must be a non-empty list of dicts for the first steps",
+            expected="[{'step': 0, 'queue_size': …, …}, …]", got=describe_value(trace)
+            if not isinstance(trace, list) else f"{len(trace)} entries")
+    require(len(trace) <= len(ev.steps), "trace has more entries than there were steps",
+            expected=f"at most {len(ev.steps)}", got=len(trace))
+    queue = ev.queue
+    for index, entry in enumerate(trace):
+        if not all(key in entry for key in LAB_TRACE_KEYS):
+            continue
+        positions, ids = queue.held_after(index + 1)
+        expected = {"step": index, "queue_size": len(positions),
+                    "first_source_id": int(ids[0]), "last_source_id": int(ids[-1])}
+        got = {key: entry[key] for key in LAB_TRACE_KEYS}
+        if got != expected:
+            fail("trace does not describe the queue the run kept",
+                 where=f"for trace entry {index} "
+                       f"({at_step(index, ev.steps[index].ids, after=True)})",
+                 expected=expected, got=got)
+    return None
+
+
+DRIFT_RECOMPUTED = check(
+    "contract-drift-recomputed",
+    "drift is the change of the first query parameter",
+    points=1,
+    contract=(
+        "drift is the norm of the change of the first query-encoder parameter over the run."
+    ),
+)
+
+
+@DRIFT_RECOMPUTED.judges('lab')
+def contract_drift_recomputed_lab(ev: LabEvidence) -> str | None:
+    """``drift`` is ‖θ − θ₀‖ for the first parameter of ``query.encoder``: its value after
+    training minus its value in ``initial``, recomputed from the returned query encoder."""
+    drift = ev.returned.get("drift")
+    require(isinstance(drift, (int, float)) and not isinstance(drift, bool),
+            "drift must be a number", expected="a float", got=describe_value(drift))
+    final = ev.returned.get("query_params")
+    if not isinstance(final, torch.Tensor):
+        raise SubmissionError("train_moco returned no query encoder to recompute drift from")
+    name, piece = next((n, s) for n, s in ev.segments if n.startswith("encoder."))
+    initial = ev.require_run()["initial_params"]
+    expected = float((final[piece].to(torch.float64) - initial[piece].to(torch.float64)).norm())
+    require(math.isclose(drift, expected, rel_tol=1e-4, abs_tol=1e-6),
+            "drift is not the norm of the change of query.encoder's first parameter",
+            where=f"for {name}", expected=f"{expected:.6g}", got=f"{drift:.6g}")
+    return None
+
+
+BUILDER_INTERFACE = check(
+    "contract-builder-interface",
+    "MoCo has the official constructor, buffers and forward",
+    points=1,
+    contract=(
+        "MoCo(base_encoder, dim, K, m, T, mlp) builds encoder_q and encoder_k from "
+        "base_encoder(num_classes=dim), registers the buffers queue [dim, K] and queue_ptr [1], "
+        "and forward(im_q, im_k) returns (logits [N, 1+K], labels [N])."
+    ),
+)
+
+
+@BUILDER_INTERFACE.judges('builder')
+def contract_builder_interface_builder(ev: BuilderEvidence) -> str | None:
+    """``MoCo(base_encoder, dim, K, m, T, mlp)`` builds ``encoder_q`` and ``encoder_k`` with
+    ``base_encoder(num_classes=dim)``, registers the buffers ``queue`` ``[dim, K]`` (float)
+    and ``queue_ptr`` (one integer), and ``forward(im_q, im_k)`` returns ``(logits [B, 1 + K]
+    float, labels [B] int64)``."""
+    module, p = ev.module, ev.probe
+    calls = module.get("factory_calls", [])
+    require(bool(calls) and all(c["num_classes"] == p.dim for c in calls),
+            "the encoders must be built by base_encoder(num_classes=dim)",
+            expected=f"base_encoder(num_classes={p.dim})",
+            got="no call" if not calls else f"num_classes {[c['num_classes'] for c in calls]}")
+    for role in ("q", "k"):
+        require(module.get(f"encoder_{role}", False), f"MoCo has no encoder_{role} module",
+                expected=f"self.encoder_{role} = base_encoder(num_classes=dim)",
+                got="no such nn.Module attribute")
+    buffers = module.get("buffers", [])
+    missing = [name for name in ("queue", "queue_ptr") if name not in buffers]
+    require(not missing, "queue and queue_ptr must be registered buffers (register_buffer: they "
+            "follow .cuda()/.to() and are saved in state_dict)",
+            expected="buffers queue and queue_ptr", got=f"{', '.join(missing)} not registered")
+    queue, ptr = module["queue"], module["queue_ptr"]
+    require(queue.get("shape") == [p.dim, p.K] and queue.get("dtype", "").startswith(
+        ("float", "bfloat")), "the queue buffer must be [dim, K], one key per column",
+            expected=f"a float tensor of shape [{p.dim}, {p.K}]", got=_shape(queue))
+    require(ptr.get("shape") in ([1], []) and ptr.get("dtype", "").startswith(("int", "uint")),
+            "queue_ptr must hold one integer (the next column to overwrite)",
+            expected="torch.zeros(1, dtype=torch.long)", got=_shape(ptr))
+    step = ev.steps[0]
+    require(list(step.logits.shape) == [p.batch, 1 + p.K],
+            "forward must return logits [B, 1 + K]: the positive, then one column per queue entry",
+            where=builder_where(0), expected=f"shape [{p.batch}, {1 + p.K}]",
+            got=f"shape {list(step.logits.shape)}")
+    labels = step.labels
+    require(labels.shape == (p.batch,) and labels.dtype == torch.int64,
+            "forward must return labels [B] int64 (the class index of the positive)",
+            where=builder_where(0), expected=f"an int64 tensor of shape [{p.batch}]",
+            got=f"a {str(labels.dtype).replace('torch.', '')} tensor of shape "
+                f"{list(labels.shape)}")
+    return None
+
+
+BUILDER_MLP = check(
+    "contract-builder-mlp",
+    "mlp=True adds an MLP head to both encoders",
+    points=1,
+    contract=(
+        "With mlp=True both encoders get the same MLP head (Linear, ReLU, then the original "
+        "fc), sized from the encoder's own fc layer; with mlp=False neither has one."
+    ),
+)
+
+
+@BUILDER_MLP.judges('builder')
+def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
+    """``MoCo(..., mlp=True)`` turns the last layer of both encoders into an MLP (MoCo v2:
+    ``fc`` becomes Linear → ReLU → Linear, so there are more parameters than with
+    ``mlp=False``), makes θk a copy of that θq, and trains like ``mlp=False``."""
+    plain = ev.module
+    run = ev.require_run("mlp")
+    module = run.get("module", {})
+    count = {name: sum(e["numel"] for e in info.get("layout_q", []))
+             for name, info in (("plain", plain), ("mlp", module))}
+    require(count["mlp"] > count["plain"], "mlp=True did not add a hidden layer to the encoders",
+            expected=f"more than the {count['plain']} parameters of encoder_q with mlp=False",
+            got=f"{count['mlp']} parameters")
+    for role in ("q", "k"):
+        kinds = module.get(f"fc_{role}", [])
+        require("ReLU" in kinds and kinds.count("Linear") >= 2,
+                f"with mlp=True encoder_{role}.fc must be an MLP (Linear → ReLU → Linear)",
+                expected="fc = nn.Sequential(nn.Linear(w, w), nn.ReLU(), fc)",
+                got=f"fc made of {kinds or 'nothing'}")
+    require(module.get("layout_k") == module.get("layout_q"),
+            "with mlp=True encoder_k does not have encoder_q's parameters",
+            expected="the same head on both encoders",
+            got=f"{len(module.get('layout_k', []))} vs {len(module.get('layout_q', []))} "
+                "parameter tensors")
+    first = run["steps"][0]
+    key = next((e for e in first["events"] if e["role"] == "k"), None)
+    if key is None:
+        raise SubmissionError("with mlp=True encoder_k never ran in the first step")
+    assert_close(key["params_k"], run["initial"]["params_q"],
+                 "with mlp=True the key encoder did not start as a copy of the query encoder "
+                 "(copy the parameters after adding the MLP head)", rtol=1e-5, atol=1e-6,
+                 where="at the first key forward, θk vs θq as built:")
+    require(list(first["logits"].shape) == [ev.probe.batch, 1 + ev.probe.K],
+            "with mlp=True forward must still return logits [B, 1 + K]", where=builder_where(0),
+            expected=f"shape [{ev.probe.batch}, {1 + ev.probe.K}]",
+            got=f"shape {list(first['logits'].shape)}")
+    return f"{count['mlp'] - count['plain']} head parameters added"
+
+
+COMPONENTS_DEFINED = check(
+    "contract-components-defined",
+    "the components protocol is defined",
+    points=1,
+    contract=(
+        "A components submission defines KeyQueue, momentum_update, contrastive_logits and "
+        "info_nce_loss with the reference's signatures (COMPONENTS.md)."
+    ),
+)
+
+
+@COMPONENTS_DEFINED.judges('components')
+def contract_components_defined_components(ev: ComponentsEvidence) -> str | None:
+    """The submission defines ``KeyQueue``, ``momentum_update``, ``contrastive_logits`` and
+    ``info_nce_loss`` with the reference's signatures (COMPONENTS.md)."""
+    defined = ev.record.get("defined", {})
+    missing = [name for name, ok in defined.items() if not ok]
+    require(not missing, "the components protocol is incomplete",
+            expected="KeyQueue, momentum_update, contrastive_logits, info_nce_loss",
+            got=f"missing {', '.join(missing)}")
+    return None

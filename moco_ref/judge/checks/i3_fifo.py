@@ -1,0 +1,316 @@
+"""I3: the FIFO keeps the newest ``capacity`` keys, oldest first, with their ids."""
+
+from __future__ import annotations
+
+import torch
+
+from moco_ref.judge.assertions import (
+    NotExercised,
+    SubmissionError,
+    at_step,
+    fail,
+    fmt_ids,
+    fmt_range,
+    require,
+)
+from moco_ref.judge.builder_evidence import BuilderEvidence
+from moco_ref.judge.checks.common import (
+    SCRIBBLE,
+    builder_where,
+    case_where,
+    pointer_text,
+    queue_runs,
+)
+from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
+from moco_ref.judge.invariants import (
+    expected_fifo,
+    fifo_contents,
+    oldest_first,
+    rotation_of,
+)
+from moco_ref.judge.invariants.buffer import UNKNOWN
+from moco_ref.judge.registry import check
+
+
+def _positions_known(ev: LabEvidence) -> bool:
+    return bool((ev.queue.positions >= 0).all())
+
+
+def _final_where(ev: LabEvidence) -> str:
+    last = ev.steps[-1]
+    return at_step(last.index, last.ids, after=True)
+
+
+_ID_RULE_TEXT = {
+    "fifo": "the last {}, oldest first",
+    "keeps-oldest": "the first {} ever enqueued",
+    "newest-first": "the last {}, newest first",
+}
+
+
+def _describe_labels(ev: BuilderEvidence, labels) -> str:
+    """``keys of steps 0–1 (16), starting entries 16–47 (32)`` (labels as in ``buffer``)."""
+    K, B = ev.probe.K, ev.probe.batch
+    values = sorted(int(v) for v in labels)
+    initial = [v for v in values if 0 <= v < K]
+    steps = sorted({(v - K) // B for v in values if v >= K})
+    parts = []
+    if steps:
+        count = sum(1 for v in values if v >= K)
+        parts.append(f"keys of step{'s' if len(steps) > 1 else ''} {fmt_range(steps)} ({count})")
+    if initial:
+        parts.append(f"starting entries {fmt_range(initial)} ({len(initial)})")
+    unknown = sum(1 for v in values if v < 0)
+    if unknown:
+        parts.append(f"{unknown} unknown")
+    return ", ".join(parts) or "nothing"
+
+
+def _describe_order(ev: BuilderEvidence, labels) -> str:
+    """``keys of step 0 (8), then starting entries 8–47 (40)``: runs of one step's keys (or
+    of starting entries) in the order given."""
+    K, B = ev.probe.K, ev.probe.batch
+    runs: list[list[int]] = []
+    for value in (int(v) for v in labels):
+        group = -1 if value < K else (value - K) // B
+        if runs and (-1 if runs[-1][0] < K else (runs[-1][0] - K) // B) == group:
+            runs[-1].append(value)
+        else:
+            runs.append([value])
+    shown = ", then ".join(_describe_labels(ev, run) for run in runs[:4])
+    return shown + (f", then {len(runs) - 4} more runs" if len(runs) > 4 else "")
+
+
+def _traced(ev: BuilderEvidence, step) -> torch.Tensor:
+    trace = ev.columns[step.index]
+    unknown = [j for j, kind in enumerate(trace.kinds) if kind == UNKNOWN]
+    if unknown:
+        raise SubmissionError(
+            f"{builder_where(step.index, after=True)} buffer columns {fmt_ids(unknown)} are "
+            "copies of no "
+            "recorded key, so the FIFO cannot be followed (see I2-entries-are-arrival-keys)")
+    return trace.labels
+
+
+FIFO_KEEPS_NEWEST = check(
+    "I3-fifo-keeps-newest",
+    "the queue keeps the newest keys and drops the oldest",
+    points=2,
+    contract=(
+        "After an enqueue the queue holds the last `capacity` keys in arrival order: when it is "
+        "full the oldest entries leave, for any sequence of batch sizes."
+    ),
+)
+
+
+@FIFO_KEEPS_NEWEST.judges('lab')
+def i3_fifo_keeps_newest_lab(ev: LabEvidence) -> str | None:
+    """After every enqueue the queue holds the last ``capacity`` keys in arrival order — the
+    oldest are dropped first, also when a batch does not divide the capacity (the probe's
+    queue wraps in the middle of a batch)."""
+    queue = ev.queue
+    expected_capacity = ev.options.expect_capacity
+    if expected_capacity is not None:
+        require(len(queue.keys) == min(expected_capacity, queue.total_arrivals),
+                "the queue does not have the assignment's capacity", where=_final_where(ev),
+                expected=f"{min(expected_capacity, queue.total_arrivals)} entries "
+                         f"(capacity {expected_capacity})", got=f"{len(queue.keys)} entries")
+    if queue.capacity is None:
+        raise NotExercised(
+            f"not exercised: the queue never dropped an entry ({queue.total_arrivals} keys "
+            f"enqueued, {len(queue.keys)} kept), so its capacity is at least "
+            f"{len(queue.keys)} and the FIFO rule was never put to work")
+    capacity = queue.capacity
+    if _positions_known(ev):
+        expected = fifo_contents(queue.arrival_positions, capacity)[-1]
+        got = queue.positions
+        if sorted(got.tolist()) == sorted(expected.tolist()):
+            return f"capacity {capacity}"
+        kept_oldest = sorted(got.tolist()) == list(range(capacity))
+        fail("queue kept the oldest keys" if kept_oldest else "queue did not keep the newest keys",
+             where=_final_where(ev),
+             expected=f"the last {capacity} keys (arrivals {fmt_range(expected)} of "
+                      f"{queue.total_arrivals})",
+             got=(f"the first {capacity} (arrivals {fmt_range(sorted(got.tolist()))})"
+                  if kept_oldest else f"arrivals {fmt_ids(sorted(got.tolist()))}"))
+    expected_ids = fifo_contents(queue.arrival_ids, capacity)[-1]
+    require(sorted(queue.ids.tolist()) == sorted(expected_ids.tolist()),
+            "queue did not keep the newest keys (judged by ids: its entries match no recorded key)",
+            where=_final_where(ev), expected=f"ids {fmt_ids(expected_ids)}",
+            got=f"ids {fmt_ids(queue.ids)}")
+    return f"capacity {capacity}"
+
+
+@FIFO_KEEPS_NEWEST.judges('builder')
+def i3_fifo_keeps_newest_builder(ev: BuilderEvidence) -> str | None:
+    """After every step the buffer holds the last K entries in arrival order (the K it starts
+    with count as the oldest): a step's keys overwrite the oldest columns, and no entry is
+    dropped while an older one stays (the reference ``KeyQueue`` gives the expected set)."""
+    K, B = ev.probe.K, ev.probe.batch
+    for step in ev.steps:
+        got = _traced(ev, step)
+        expected = expected_fifo(K, B, step.index + 1)
+        if sorted(got.tolist()) == sorted(expected.tolist()):
+            continue
+        dropped = sorted(set(expected.tolist()) - set(got.tolist()))
+        kept = sorted(set(got.tolist()) - set(expected.tolist()))
+        stuck = step.ptr_before is not None and step.ptr_before == step.ptr_after
+        misconception = ("queue_ptr did not advance: every step overwrote the same columns"
+                         if stuck else "the queue did not keep the newest keys")
+        fail(misconception, where=f"{builder_where(step.index, after=True)} ({pointer_text(step)})",
+             expected=f"the last {K} entries: {_describe_labels(ev, expected)}",
+             got=f"{_describe_labels(ev, dropped)} dropped while "
+                 f"{_describe_labels(ev, kept)} stayed")
+    return f"K = {K}, the queue wrapped {(len(ev.steps) * B) // K} time(s)"
+
+
+@FIFO_KEEPS_NEWEST.judges('components')
+def i3_fifo_keeps_newest_components(ev: ComponentsEvidence) -> str | None:
+    """After every enqueue ``KeyQueue`` holds the last ``capacity`` keys in arrival order and
+    ``len(queue)`` counts them — for any batch sizes, including batches that do not divide the
+    capacity and batches larger than it."""
+    for number, case, e, want, got, keys, _, length in queue_runs(ev):
+        require(length == len(want) and len(keys) == len(want), "len(queue) is not the number of "
+                "keys held", where=case_where(number, case, e), expected=len(want),
+                got=f"len {length}, {len(keys)} rows")
+        if sorted(got.tolist()) != sorted(want.tolist()):
+            oldest = sorted(got.tolist()) == list(range(len(want)))
+            fail("queue kept the oldest keys" if oldest else "queue did not keep the newest keys",
+                 where=case_where(number, case, e), expected=f"arrivals {fmt_ids(want)}",
+                 got=f"arrivals {fmt_ids(got)}")
+    return None
+
+
+OLDEST_FIRST_ORDER = check(
+    "I3-oldest-first-order",
+    "the queue is returned oldest first",
+    points=1,
+    contract=(
+        "The queue is read oldest first (a ring buffer is read from its pointer), so the order "
+        "of the entries is the order they arrived in."
+    ),
+)
+
+
+@OLDEST_FIRST_ORDER.judges('lab')
+def i3_oldest_first_order_lab(ev: LabEvidence) -> str | None:
+    """The queue lists its entries in arrival order, oldest first (a ring buffer is rotated to
+    start at its oldest slot)."""
+    queue = ev.queue
+    if not _positions_known(ev):
+        capacity = queue.capacity or queue.total_arrivals + 1
+        expected_ids = fifo_contents(queue.arrival_ids, capacity)[-1]
+        require(torch.equal(queue.ids, expected_ids) or
+                sorted(queue.ids.tolist()) != sorted(expected_ids.tolist()),
+                "queue is not oldest first (judged by ids)", where=_final_where(ev),
+                expected=f"ids {fmt_ids(expected_ids)}", got=f"ids {fmt_ids(queue.ids)}")
+        return None
+    got = queue.positions
+    ordered = got.sort().values
+    if torch.equal(got, ordered):
+        return None
+    shift = rotation_of(got, ordered)
+    if shift is not None:
+        fail("the ring buffer was returned in storage order, not oldest first",
+             where=_final_where(ev), expected=f"arrivals {fmt_range(ordered)} in order",
+             got=f"the same entries rotated by {shift} (roll the buffer so the oldest slot "
+                 "comes first)")
+    newest_first = queue.key_rule == "newest-first"
+    fail("queue is newest first" if newest_first else "queue entries are out of arrival order",
+         where=_final_where(ev), expected=f"arrivals {fmt_range(ordered)}, oldest first",
+         got=f"arrivals {fmt_ids(got)}" + (" (each new batch was put in front)"
+                                           if newest_first else ""))
+
+
+@OLDEST_FIRST_ORDER.judges('builder')
+def i3_oldest_first_order_builder(ev: BuilderEvidence) -> str | None:
+    """Read from ``queue_ptr`` on, the buffer lists its entries oldest first: the pointer
+    advances by the batch size (mod K) and always marks the next column to overwrite, the
+    oldest one."""
+    K, B = ev.probe.K, ev.probe.batch
+    for step in ev.steps:
+        if step.ptr_after is None:
+            raise SubmissionError("the module has no integer queue_ptr buffer to read the queue "
+                                  "from")
+        got = _traced(ev, step)
+        expected = expected_fifo(K, B, step.index + 1)
+        if sorted(got.tolist()) != sorted(expected.tolist()):
+            continue  # which entries are held is I3-fifo-keeps-newest's business
+        read = oldest_first(got, step.ptr_after % K)
+        if torch.equal(read, expected):
+            continue
+        expected_ptr = None if step.ptr_before is None else (step.ptr_before + B) % K
+        fail("queue_ptr does not mark the oldest column",
+             where=f"{builder_where(step.index, after=True)} "
+             f"({pointer_text(step)})",
+             expected=f"queue_ptr {expected_ptr} (advanced by the batch size {B} mod {K}), "
+                      f"the buffer read from it oldest first: {_describe_order(ev, expected)}",
+             got=f"read from queue_ptr {step.ptr_after}: {_describe_order(ev, read)}")
+    return None
+
+
+@OLDEST_FIRST_ORDER.judges('components')
+def i3_oldest_first_order_components(ev: ComponentsEvidence) -> str | None:
+    """``KeyQueue.keys`` (and ``.ids``) list the entries oldest first."""
+    for number, case, e, want, got, _, _, _ in queue_runs(ev):
+        if sorted(got.tolist()) == sorted(want.tolist()):
+            require(torch.equal(got, want), "queue entries are not oldest first",
+                    where=case_where(number, case, e), expected=f"arrivals {fmt_ids(want)}",
+                    got=f"arrivals {fmt_ids(got)}")
+    return None
+
+
+IDS_MOVE_WITH_KEYS = check(
+    "I3-ids-move-with-keys",
+    "each queued id is the source of its key",
+    points=2,
+    contract=(
+        "Every queued source id is the id of the image its key came from: ids enter, move and "
+        "leave together with their keys."
+    ),
+)
+
+
+@IDS_MOVE_WITH_KEYS.judges('lab')
+def i3_ids_move_with_keys_lab(ev: LabEvidence) -> str | None:
+    """``queue_ids[j]`` is the source id of the image whose key is ``queue[j]``: ids are
+    enqueued and dropped together with their keys."""
+    queue = ev.queue
+    if _positions_known(ev):
+        flat = torch.cat(queue.arrival_ids)
+        expected = flat[queue.positions]
+    else:
+        capacity = queue.capacity or queue.total_arrivals + 1
+        expected = fifo_contents(queue.arrival_ids, capacity)[-1]
+    if torch.equal(queue.ids, expected):
+        return None
+    same_shape = queue.ids.shape == expected.shape
+    wrong = (queue.ids != expected).nonzero().flatten() if same_shape else None
+    if wrong is None or not len(wrong):
+        fail("queue_ids do not match the queue", where=_final_where(ev),
+             expected=f"{len(expected)} ids", got=f"{len(queue.ids)}")
+    j = int(wrong[0])
+    rule = queue.id_rule
+    hint = ""
+    if rule in _ID_RULE_TEXT and queue.key_rule in _ID_RULE_TEXT and queue.key_rule != rule:
+        hint = (f" (queue_ids kept {_ID_RULE_TEXT[rule].format(queue.capacity)} while the keys "
+                f"kept {_ID_RULE_TEXT[queue.key_rule].format(queue.capacity)})")
+    step, _ = queue.sources[j] if _positions_known(ev) else (-1, -1)
+    fail("ids are out of step with their keys" + hint,
+         where=f"queue entry {j}" + (f" (key enqueued at step {step})" if step >= 0 else "")
+               + f", {len(wrong)} of {len(expected)} entries wrong:",
+         expected=f"id {int(expected[j])}", got=f"queue_ids[{j}] = {int(queue.ids[j])}")
+
+
+@IDS_MOVE_WITH_KEYS.judges('components')
+def i3_ids_move_with_keys_components(ev: ComponentsEvidence) -> str | None:
+    """``KeyQueue.ids[j]`` is the id enqueued with ``KeyQueue.keys[j]``."""
+    for number, case, e, _, got, _, ids, _ in queue_runs(ev):
+        all_ids = torch.cat([i for _, i in case.batches()])
+        known = got >= 0
+        expected = all_ids[got[known]]
+        observed = torch.where(ids >= SCRIBBLE, ids - SCRIBBLE, ids)[known]
+        require(torch.equal(observed, expected), "ids are out of step with their keys",
+                where=case_where(number, case, e), expected=f"ids {fmt_ids(expected)}",
+                got=f"ids {fmt_ids(observed)}")
+    return None

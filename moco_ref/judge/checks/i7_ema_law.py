@@ -1,0 +1,184 @@
+"""I7: θk ← m·θk + (1 − m)·θq over parameters, one slow m."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from moco_ref.core.momentum import momentum_update
+from moco_ref.judge.assertions import (
+    fail,
+    fmt_values,
+    require,
+)
+from moco_ref.judge.builder_evidence import BuilderEvidence
+from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
+from moco_ref.judge.registry import check
+
+
+def _close_momentum(fitted: float, expected: float) -> bool:
+    return abs((1 - fitted) - (1 - expected)) <= max(0.02 * (1 - expected), 1e-6)
+
+
+def _reference_ema(case, m: float | None = None):
+    key, query = case.models()
+    momentum_update(key, query, case.m if m is None else m)
+    return key
+
+
+EMA_LAW = check(
+    "I7-ema-law",
+    "θk ← m·θk + (1 − m)·θq over all parameters, one m",
+    points=2,
+    contract=(
+        "θk ← m·θk + (1 − m)·θq over every parameter (not buffers), with one m for the whole "
+        "run."
+    ),
+)
+
+
+@EMA_LAW.judges('lab', 'builder')
+def i7_ema_law(ev: LabEvidence) -> str | None:
+    """Between two key forwards θk changes only by θk ← m·θk + (1 − m)·θq, over every
+    parameter, with one m for the whole run (fitted from the snapshots): not by the
+    optimizer, not on part of the model."""
+    ema = ev.ema
+    if ema.uses == "none":
+        return None  # a frozen key encoder obeys the law with m = 1; I7-momentum-in-range says so
+    m = ema.m
+    for update in ema.updates:
+        where = "after the last step" if update.final else f"between steps {update.step - 1} " \
+                                                            f"and {update.step}"
+        if update.skipped:
+            fail("the EMA skipped some parameters", where=where,
+                 expected=f"every parameter to follow θk ← m·θk + (1 − m)·θq (m = {m:.4g})",
+                 got=f"{', '.join(update.skipped)} unchanged while θq moved (EMA over the "
+                     "encoder only?)")
+        if update.moved_outside:
+            fail("the key encoder moved outside the EMA (is it updated by the optimizer?)",
+                 where=where, expected="θk unchanged except by the EMA",
+                 got="θk changed between the key forward and the EMA")
+        if not update.fits_law:
+            fail("the key update is not an EMA with the run's momentum", where=where,
+                 expected=f"θk ← m·θk + (1 − m)·θq with m = {m:.4g}",
+                 got=f"a change off by {min(update.residual_current, update.residual_stale):.2g} "
+                     "of its size" if update.changed else "no change at all (no EMA this step)")
+    return f"m = {m:.6g}"
+
+
+@EMA_LAW.judges('components')
+def i7_ema_law_components(ev: ComponentsEvidence) -> str | None:
+    """``momentum_update(key, query, m)`` sets every key parameter to m·θk + (1 − m)·θq
+    (within float64 rounding) and leaves the query model unchanged."""
+    for number, case, output in ev.outputs("ema"):
+        require(output["query_unchanged"], "momentum_update changed the query model",
+                where=f"in case {number} (m = {case.m:g})", expected="θq unchanged",
+                got="θq modified")
+        expected = [p.detach() for p in _reference_ema(case).parameters()]
+        got = output["key_params"]
+        close = len(got) == len(expected) and all(
+            g.shape == w.shape and torch.allclose(g, w, rtol=1e-9, atol=1e-12)
+            for g, w in zip(got, expected))
+        if close:
+            continue
+        swapped = [p.detach() for p in _reference_ema(case, 1.0 - case.m).parameters()]
+        is_swapped = len(got) == len(swapped) and all(
+            g.shape == w.shape and torch.allclose(g, w, rtol=1e-9, atol=1e-12)
+            for g, w in zip(got, swapped))
+        fail("the EMA coefficients are swapped: θk ← (1 − m)·θk + m·θq" if is_swapped
+             else "momentum_update does not follow θk ← m·θk + (1 − m)·θq",
+             where=f"in case {number} (m = {case.m:g})",
+             expected=fmt_values(torch.cat([w.flatten() for w in expected])),
+             got=fmt_values(torch.cat([g.flatten() for g in got])) if got else "no parameters")
+    return None
+
+
+MOMENTUM_IN_RANGE = check(
+    "I7-momentum-in-range",
+    "the momentum m is a slow EMA, 0.5 ≤ m < 1",
+    points=1,
+    contract=(
+        "The momentum m inferred from the run is a slow EMA, 0.5 ≤ m < 1 (and the assignment's "
+        "m, if pinned)."
+    ),
+)
+
+
+@MOMENTUM_IN_RANGE.judges('lab')
+def i7_momentum_in_range_lab(ev: LabEvidence) -> str | None:
+    """The inferred m lies in [0.5, 1): the key encoder keeps most of its own value each step
+    (m = 0 copies θq, m < 0.5 is an EMA with its coefficients swapped, m = 1 never moves).
+    When the assignment pins m (``--expect-m``), m must match it."""
+    ema = ev.ema
+    m = ema.m
+    if ema.uses == "none" or m is None:
+        fail("the key encoder never moved", where="over the whole run",
+             expected="θk ← m·θk + (1 − m)·θq with 0.5 ≤ m < 1", got="m = 1 (frozen key encoder)")
+    pinned = ev.options.expect_m
+    if pinned is not None:
+        require(abs((1 - m) - (1 - pinned)) <= max(0.02 * (1 - pinned), 1e-6),
+                "the momentum is not the assignment's", where="fitted over the run",
+                expected=f"m = {pinned}", got=f"m = {m:.6g}")
+        return f"m = {m:.6g}"
+    require(m > 1e-6, "the key encoder copies the query encoder (m = 0): no momentum",
+            where="fitted over the run", expected="0.5 ≤ m < 1 (LAB 07: 0.95)", got=f"m = {m:.3g}")
+    require(m >= 0.5, "the EMA coefficients look swapped: θk ← (1 − m)·θk + m·θq",
+            where="fitted over the run", expected="0.5 ≤ m < 1 (LAB 07: 0.95)",
+            got=f"m = {m:.4g} (i.e. {1 - m:.4g} with the coefficients swapped)")
+    require(m < 1 - 1e-9, "the key encoder never moved", where="fitted over the run",
+            expected="0.5 ≤ m < 1", got=f"m = {m:.6g}")
+    return f"m = {m:.6g}"
+
+
+@MOMENTUM_IN_RANGE.judges('builder')
+def i7_momentum_in_range_builder(ev: BuilderEvidence) -> str | None:
+    """The m fitted from the key updates is the m the module was built with (``--expect-m``
+    when pinned): the key encoder keeps m of itself each step (not 1 − m, not a hard-coded
+    value, and it does move)."""
+    ema, m = ev.ema, ev.momentum
+    where = "fitted over every step"
+    if ema.uses == "none" or ema.m is None:
+        fail("the key encoder never moved (no EMA)", where=where,
+             expected=f"θk ← m·θk + (1 − m)·θq with m = {m:g}", got="θk frozen (m = 1)")
+    fitted = ema.m
+    if _close_momentum(fitted, m):
+        return f"m = {fitted:.6g}"
+    attribute = ev.module.get("attributes", {}).get("m")
+    if _close_momentum(fitted, 1 - m):
+        misconception = "the EMA coefficients are swapped: θk ← (1 − m)·θk + m·θq"
+    elif fitted <= 1e-6:
+        misconception = "the key encoder copies the query encoder (m = 0): no momentum"
+    elif attribute is not None and not math.isclose(attribute, m) and _close_momentum(
+            fitted, attribute):
+        misconception = f"the module ignores the m it was built with (self.m = {attribute:g})"
+    else:
+        misconception = "the EMA does not use the module's momentum"
+    fail(misconception, where=where, expected=f"m = {m:g}", got=f"m = {fitted:.4g}")
+
+
+EMA_SKIPS_BUFFERS = check(
+    "I7-ema-skips-buffers",
+    "the EMA moves parameters, not buffers",
+    points=1,
+    contract=(
+        "The EMA moves parameters only; buffers (e.g. BatchNorm running statistics) are left "
+        "alone."
+    ),
+)
+
+
+@EMA_SKIPS_BUFFERS.judges('components')
+def i7_ema_skips_buffers_components(ev: ComponentsEvidence) -> str | None:
+    """``momentum_update`` leaves the key model's buffers (BatchNorm running statistics)
+    untouched: the EMA is over parameters only."""
+    for number, case, output in ev.outputs("ema"):
+        key, _ = case.models()
+        expected = [b.detach() for b in key.buffers()]
+        got = output["key_buffers"]
+        same = len(got) == len(expected) and all(torch.equal(g, w) for g, w in zip(got, expected))
+        require(same, "momentum_update also averaged the buffers",
+                where=f"in case {number} (m = {case.m:g})",
+                expected="the key model's buffers unchanged",
+                got="running statistics moved toward the query model's")
+    return None
