@@ -1,6 +1,7 @@
 """The example corpus: every correct submission gets full marks, every buggy one fails exactly
-the families its manifest entry names (and no other), graded in-process through a
-``torch.save`` round trip of its observations."""
+the checks and families its manifest entry names (and no other), graded in-process through a
+``torch.save`` round trip of its observations; and every (check, style) pair has a witness
+in the corpus: an example it rejects and one it accepts."""
 
 from __future__ import annotations
 
@@ -40,11 +41,18 @@ def test_example_verdict(entry):
     applicable = {spec.check_id for spec in all_checks(entry["style"])}
     assert {r.check_id for r in results if r.status is not Status.NOT_APPLICABLE} <= applicable
     failed = not_passed_families(results)
+    failed_checks = sorted(r.check_id for r in results if r.status is Status.FAILED)
+    assert failed_checks == entry["expected_failed_checks"], (
+        f"{entry['bug']}\nexpected to fail {entry['expected_failed_checks']}, "
+        f"failed {failed_checks}\n{explain(results)}")
     if entry["expect_full_marks"]:
         assert not failed, explain(results)
-        if entry["style"] in ("lab", "builder"):  # the probes exercise every check
-            assert all(r.status is Status.PASSED for r in results if r.check_id in applicable), \
-                explain(results)
+        not_exercised = set(entry.get("not_exercised", ()))
+        for result in results:
+            if result.check_id in applicable:
+                expected = Status.NOT_APPLICABLE if result.check_id in not_exercised \
+                    else Status.PASSED
+                assert result.status is expected, explain(results)
     else:
         assert failed == set(entry["expected_failed_families"]), (
             f"{entry['bug']}\nexpected to fail {entry['expected_failed_families']}, "
@@ -52,6 +60,38 @@ def test_example_verdict(entry):
         for result in results:
             if result.status is Status.FAILED:  # a message a student can act on
                 assert ": " in result.message and len(result.message) > 40, result
+
+
+def _pairs() -> list[tuple[str, str]]:
+    return [(spec.check_id, style) for spec in all_checks() for style in spec.styles]
+
+
+def _rejecting(check_id: str, style: str) -> list[str]:
+    return [e["path"] for e in ENTRIES
+            if e["style"] == style and check_id in e["expected_failed_checks"]]
+
+
+def _accepting(check_id: str, style: str) -> list[str]:
+    return [e["path"] for e in ENTRIES if e["style"] == style and e["expect_full_marks"]
+            and check_id not in e.get("not_exercised", ())]
+
+
+@pytest.mark.parametrize("check_id, style", _pairs(), ids=[f"{c}[{s}]" for c, s in _pairs()])
+def test_every_check_has_a_witness(check_id, style):
+    """Derived from the registry: a (check, style) pair is proven by a bundled example it
+    rejects and one it accepts (``test_example_verdict`` holds the manifest to the grader).
+    A pair no realistic bug can fail is not a check."""
+    assert _rejecting(check_id, style), (
+        f"no bundled {style} example fails {check_id}: write one with a realistic bug "
+        "(examples/submissions/) and list it in the manifest")
+    assert _accepting(check_id, style), f"no bundled {style} example passes {check_id}"
+
+
+def test_the_witness_test_can_fail():
+    """Meta-test: a check id no example names has no witness."""
+    assert not _rejecting("I3-no-such-check", "lab")
+    assert _rejecting("I3-fifo-keeps-newest", "lab") == ["bug_queue_keeps_oldest.py"]
+    assert _accepting("I5-fifo-letters", "components") == ["components_correct_with_warmup.py"]
 
 
 PROBE_EXAMPLES = ["correct_lab_order.py", "correct_ring_buffer.py", "bug_queue_keeps_oldest.py",

@@ -23,6 +23,7 @@ from functools import cached_property
 import torch
 import torch.nn.functional as F
 
+from moco_ref.core.contrastive import same_source_mask
 from moco_ref.judge.assertions import SubmissionError, fmt_ids
 from moco_ref.judge.gaps import observed
 from moco_ref.judge.invariants import (
@@ -494,7 +495,7 @@ class LabEvidence:
         """How many (query, negative) pairs of step t share a source id."""
         step = self.loss_inputs[t]
         _, ids = step.negatives.get(negatives, (None, torch.empty(0, dtype=torch.int64)))
-        return int((step.ids[:, None] == ids[None, :]).sum())
+        return int(same_source_mask(step.ids, ids).sum())
 
     # ----------------------------------------------------------------- report
 

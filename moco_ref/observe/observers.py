@@ -262,8 +262,8 @@ def _run_queue_case(KeyQueue, case) -> dict:
     keys_after, ids_after, lengths = [], [], []
     for keys, ids in case.batches():
         queue.enqueue(keys, ids)
-        keys.add_(1000.0)  # the caller reuses its buffers; stored entries must not change
-        ids.add_(1000)
+        keys.add_(case.SCRIBBLE)  # the caller reuses its buffers; stored entries must not change
+        ids.add_(case.SCRIBBLE)
         keys_after.append(sanitize(torch.as_tensor(_read(queue, "keys"))).to(torch.float64))
         ids_after.append(sanitize(torch.as_tensor(_read(queue, "ids"))).to(torch.int64))
         lengths.append(int(len(queue)))

@@ -127,6 +127,13 @@ def lab_probes(draw) -> LabProbe:
 # --------------------------------------------------------------------------- components
 
 
+def arrival_numbers(batch_sizes) -> list[torch.Tensor]:
+    """``[0 .. B0), [B0 .. B0+B1), …``: the arrival number of every key, batch by batch (the
+    one numbering the probes write and the judge reads)."""
+    total = int(sum(batch_sizes))
+    return list(torch.arange(total, dtype=torch.int64).split([int(b) for b in batch_sizes]))
+
+
 @dataclass(frozen=True)
 class QueueCase:
     """A queue of ``capacity`` slots of ``dim``-vectors receiving batches of ``batch_sizes``
@@ -138,14 +145,34 @@ class QueueCase:
     id_pool: int
     seed: int
 
+    SCRIBBLE = 1000  # what the observer adds to the caller's keys and ids after each enqueue
+
     def batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """``[(keys [B, dim] float64, ids [B] int64), ...]``; every key value is distinct."""
+        """``[(keys [B, dim] float64, ids [B] int64), ...]``; every key value is distinct and
+        column 0 holds the key's arrival number + 1, exactly."""
         generator = _generator(self.seed)
         total = sum(self.batch_sizes)
         keys = torch.randn(total, self.dim, generator=generator, dtype=torch.float64)
-        keys[:, 0] = torch.arange(total, dtype=torch.float64) + 1.0  # arrival number, exact
+        keys[:, 0] = torch.cat(self.arrivals()).to(torch.float64) + 1.0
         ids = torch.randint(0, self.id_pool, (total,), generator=generator)
         return list(zip(keys.split(list(self.batch_sizes)), ids.split(list(self.batch_sizes))))
+
+    def arrivals(self) -> list[torch.Tensor]:
+        """``[B]`` arrival numbers of each batch's keys (0, 1, … over the whole case)."""
+        return arrival_numbers(self.batch_sizes)
+
+    @classmethod
+    def arrivals_of(cls, stored: torch.Tensor) -> torch.Tensor:
+        """``[n]`` arrival numbers of stored rows, read back from column 0 (a queue that kept a
+        reference to the caller's tensor shows the scribble too); −1 where a row holds no exact
+        arrival number."""
+        if stored.ndim != 2 or stored.shape[0] == 0:
+            return torch.empty(0, dtype=torch.int64)
+        first = stored[:, 0]
+        first = torch.where(first > cls.SCRIBBLE, first - cls.SCRIBBLE, first)
+        exact = first == first.round()
+        unknown = torch.full_like(first, -1, dtype=torch.int64)
+        return torch.where(exact, first.round().to(torch.int64) - 1, unknown)
 
 
 @st.composite

@@ -64,25 +64,19 @@ def trajectory_from_observations(observations: dict, style: str, source: str = "
 
 
 def _reference_losses(evidence) -> list[float | None]:
-    """−ln p⁺ from the observed q, k and the FIFO of the keys seen before each step."""
-    from moco_ref.core.contrastive import contrastive_logits, in_batch_logits, info_nce_loss
+    """−ln p⁺ from the observed q, k and the FIFO of the keys seen before each step: the
+    judge's reference form (in-batch negatives while the queue is empty)."""
+    from moco_ref.judge.invariants.loss import REFERENCE_FORM, form_gradient
 
-    out = []
     try:
         inputs = evidence.loss_inputs
     except Exception:  # noqa: BLE001 - a run the reference cannot follow has no losses
         return [None] * len(evidence.steps)
+    temperature = evidence.options.temperature
+    out = []
     for step in inputs:
-        q = torch.nn.functional.normalize(step.z.to(torch.float64), dim=1)
-        k = torch.nn.functional.normalize(step.k.to(torch.float64), dim=1)
-        keys, ids = step.negatives["before"]
-        temperature = evidence.options.temperature
-        if len(keys) == 0:
-            logits, labels = in_batch_logits(q, k, temperature, step.ids)
-            out.append(float(info_nce_loss(logits, labels)))
-        else:
-            out.append(float(info_nce_loss(
-                contrastive_logits(q, k, keys, ids, step.ids, temperature))))
+        result = form_gradient(REFERENCE_FORM, step, temperature)
+        out.append(None if result is None else result[0])
     return out
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from moco_ref.core.contrastive import contrastive_logits
 from moco_ref.judge.assertions import (
     SubmissionError,
@@ -70,10 +68,8 @@ def judgeable_logits(ev: BuilderEvidence, what: str):
     return fit
 
 
-SCRIBBLE = 1000  # what observe adds to the caller's keys and ids after each enqueue
 
 
-MASKED_BELOW = -1e3  # a logit this low has softmax probability 0 next to |logit| ≤ 1/T
 
 
 def case_where(number: int, case, enqueue: int | None = None) -> str:
@@ -83,29 +79,14 @@ def case_where(number: int, case, enqueue: int | None = None) -> str:
     return text
 
 
-def arrival_numbers(stored: torch.Tensor) -> torch.Tensor:
-    """Arrival numbers of stored rows (column 0 holds arrival + 1, plus the scribble when a
-    queue kept a reference to the caller's tensor); −1 when not an exact arrival number."""
-    if stored.ndim != 2 or stored.shape[0] == 0:
-        return torch.empty(0, dtype=torch.int64)
-    first = stored[:, 0]
-    first = torch.where(first > SCRIBBLE, first - SCRIBBLE, first)
-    exact = first == first.round()
-    return torch.where(exact, first.round().to(torch.int64) - 1, torch.full_like(first, -1,
-                                                                                  dtype=torch.int64))
-
-
 def queue_runs(ev: ComponentsEvidence):
     """``(number, case, enqueue index, expected arrivals, got arrivals, stored keys, stored
     ids, len)`` after every enqueue of every queue case."""
     for number, case, output in ev.outputs("queue"):
-        batches = case.batches()
-        positions = [torch.arange(sum(case.batch_sizes[:i]), sum(case.batch_sizes[: i + 1]))
-                     for i in range(len(batches))]
-        expected = fifo_contents(positions, case.capacity)
+        expected = fifo_contents(case.arrivals(), case.capacity)
         for e, want in enumerate(expected):
             keys, ids = output["keys"][e], output["ids"][e]
-            yield number, case, e, want, arrival_numbers(keys), keys, ids, output["len"][e]
+            yield number, case, e, want, case.arrivals_of(keys), keys, ids, output["len"][e]
 
 
 def logits_runs(ev: ComponentsEvidence):
@@ -121,7 +102,3 @@ def logits_runs(ev: ComponentsEvidence):
                 where=where, expected=f"shape {list(reference.shape)}",
                 got=f"shape {list(got.shape)}")
         yield number, case, t, reference, got, where
-
-
-def masked_columns(logits: torch.Tensor) -> torch.Tensor:
-    return torch.isneginf(logits) | (logits < MASKED_BELOW)

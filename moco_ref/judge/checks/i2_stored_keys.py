@@ -15,7 +15,6 @@ from moco_ref.judge.assertions import (
 )
 from moco_ref.judge.builder_evidence import BuilderEvidence
 from moco_ref.judge.checks.common import (
-    SCRIBBLE,
     builder_where,
     case_where,
     judgeable_loss,
@@ -24,6 +23,7 @@ from moco_ref.judge.checks.common import (
 from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
 from moco_ref.judge.invariants.buffer import CHANGED, KEPT, UNKNOWN
 from moco_ref.judge.registry import check
+from moco_ref.observe.strategies import QueueCase
 
 _KIND_TEXT = {
     "query": ("the queue holds queries, not keys",
@@ -125,8 +125,8 @@ def i2_entries_are_arrival_keys_components(ev: ComponentsEvidence) -> str | None
             matches = (originals == row).all(dim=1)
             if bool(matches.any()) and int(ids[j]) in original_ids.tolist():
                 continue
-            scribbled = bool(((originals + SCRIBBLE) == row).all(dim=1).any()) or int(
-                ids[j]) >= SCRIBBLE
+            scribbled = bool(((originals + QueueCase.SCRIBBLE) == row).all(dim=1).any()) or int(
+                ids[j]) >= QueueCase.SCRIBBLE
             fail("the queue keeps references to the caller's tensors, not copies" if scribbled
                  else "a queue entry changed after it was enqueued",
                  where=case_where(number, case, e),

@@ -15,7 +15,6 @@ from moco_ref.judge.assertions import (
 )
 from moco_ref.judge.builder_evidence import BuilderEvidence
 from moco_ref.judge.checks.common import (
-    SCRIBBLE,
     builder_where,
     case_where,
     pointer_text,
@@ -28,8 +27,9 @@ from moco_ref.judge.invariants import (
     oldest_first,
     rotation_of,
 )
-from moco_ref.judge.invariants.buffer import UNKNOWN
+from moco_ref.judge.invariants.buffer import UNKNOWN, pointer_after
 from moco_ref.judge.registry import check
+from moco_ref.observe.strategies import QueueCase
 
 
 def _positions_known(ev: LabEvidence) -> bool:
@@ -239,7 +239,8 @@ def i3_oldest_first_order_builder(ev: BuilderEvidence) -> str | None:
         read = oldest_first(got, step.ptr_after % K)
         if torch.equal(read, expected):
             continue
-        expected_ptr = None if step.ptr_before is None else (step.ptr_before + B) % K
+        expected_ptr = None if step.ptr_before is None else pointer_after(K, step.ptr_before % K,
+                                                                           B)
         fail("queue_ptr does not mark the oldest column",
              where=f"{builder_where(step.index, after=True)} "
              f"({pointer_text(step)})",
@@ -309,7 +310,7 @@ def i3_ids_move_with_keys_components(ev: ComponentsEvidence) -> str | None:
         all_ids = torch.cat([i for _, i in case.batches()])
         known = got >= 0
         expected = all_ids[got[known]]
-        observed = torch.where(ids >= SCRIBBLE, ids - SCRIBBLE, ids)[known]
+        observed = torch.where(ids >= QueueCase.SCRIBBLE, ids - QueueCase.SCRIBBLE, ids)[known]
         require(torch.equal(observed, expected), "ids are out of step with their keys",
                 where=case_where(number, case, e), expected=f"ids {fmt_ids(expected)}",
                 got=f"ids {fmt_ids(observed)}")

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import torch
 
+from moco_ref.core.contrastive import same_source_mask
 from moco_ref.judge.assertions import (
     NotExercised,
     at_step,
@@ -16,12 +17,12 @@ from moco_ref.judge.checks.common import (
     gradient_evidence,
     judgeable_loss,
     logits_runs,
-    masked_columns,
 )
 from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
 from moco_ref.judge.invariants import (
     form_logits,
 )
+from moco_ref.judge.invariants.logits import masked_columns
 from moco_ref.judge.registry import check
 
 
@@ -35,7 +36,7 @@ def _same_source_mass(ev: LabEvidence, fit, t: int) -> float:
         k = torch.nn.functional.normalize(k, dim=1)
     logits, _ = form_logits(fit.form, q, k, keys, ids, step.ids, fit.temperature)
     p = logits.softmax(dim=1)[:, 1:]  # [B, n]
-    same = step.ids[:, None] == ids[None, :]
+    same = same_source_mask(step.ids, ids)  # [B, n]
     rows = same.any(dim=1)
     return float((p * same).sum(dim=1)[rows].mean()) if rows.any() else 0.0
 

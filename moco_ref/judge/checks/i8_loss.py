@@ -24,7 +24,6 @@ from moco_ref.judge.checks.common import (
     judgeable_loss,
     logits_runs,
     loss_form_error,
-    masked_columns,
 )
 from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
 from moco_ref.judge.invariants import (
@@ -35,7 +34,7 @@ from moco_ref.judge.invariants import (
     gradient_error,
     logits_error,
 )
-from moco_ref.judge.invariants.logits import BUILDER_FORM
+from moco_ref.judge.invariants.logits import BUILDER_FORM, masked_columns
 from moco_ref.judge.invariants.loss import FORM_TEXT
 from moco_ref.judge.registry import check
 

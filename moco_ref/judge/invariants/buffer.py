@@ -18,17 +18,33 @@ from dataclasses import dataclass
 
 import torch
 
+from moco_ref.core.queue import KeyQueue
 from moco_ref.judge.invariants.fifo import fifo_contents, match_rows
 
 COPY_ATOL = 1e-5  # a column is a copy of a recorded vector within this max-abs distance
 KEPT, CHANGED, UNKNOWN = "kept", "changed", "unknown"
 
 
+def _full_ring(labels: torch.Tensor, ptr: int) -> KeyQueue:
+    """The reference queue over a full ring whose id slots are ``labels`` (written in place)."""
+    return KeyQueue.over_storage(torch.zeros(len(labels), 1, dtype=torch.float64), labels,
+                                 int(ptr), len(labels))
+
+
 def initial_labels(capacity: int, ptr: int) -> torch.Tensor:
-    """``[K]`` labels of the starting columns: column ``(ptr + i) % K`` is arrival ``i``."""
-    labels = torch.empty(capacity, dtype=torch.int64)
-    labels[(ptr + torch.arange(capacity)) % capacity] = torch.arange(capacity)
+    """``[K]`` labels of the starting columns: what the reference ring writes when arrivals
+    ``0 … K−1`` are enqueued at ``ptr`` (column ``(ptr + i) % K`` holds arrival ``i``)."""
+    labels = torch.zeros(capacity, dtype=torch.int64)
+    _full_ring(labels, ptr).enqueue(torch.zeros(capacity, 1, dtype=torch.float64),
+                                    torch.arange(capacity))
     return labels
+
+
+def pointer_after(capacity: int, ptr: int, batch: int) -> int:
+    """Where the reference ring's pointer is after enqueueing ``batch`` keys at ``ptr``."""
+    ring = _full_ring(torch.zeros(capacity, dtype=torch.int64), ptr)
+    ring.enqueue(torch.zeros(batch, 1, dtype=torch.float64), torch.zeros(batch, dtype=torch.int64))
+    return ring.ptr
 
 
 def arrival_labels(capacity: int, batch: int, step: int) -> torch.Tensor:
@@ -98,5 +114,6 @@ def trace_columns(
 
 
 def oldest_first(labels: torch.Tensor, ptr: int) -> torch.Tensor:
-    """The buffer's labels read from the slot ``ptr`` on (where a ring's oldest entry is)."""
-    return labels.roll(-int(ptr))
+    """The buffer's labels read as the reference reads a full ring: from the slot ``ptr`` on
+    (where its oldest entry is)."""
+    return _full_ring(labels.to(torch.int64).clone(), ptr).ids

@@ -13,12 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from moco_ref.core.queue import KeyQueue
-
-
-def arrival_numbers(batch_sizes: Sequence[int]) -> list[torch.Tensor]:
-    """``[0 .. B0), [B0 .. B0+B1), …``: the arrival number of every key, batch by batch."""
-    total = int(sum(batch_sizes))
-    return list(torch.arange(total, dtype=torch.int64).split([int(b) for b in batch_sizes]))
+from moco_ref.observe.strategies import arrival_numbers  # noqa: F401 - one numbering for both sides
 
 
 def fifo_contents(batches: Sequence[torch.Tensor], capacity: int) -> list[torch.Tensor]:

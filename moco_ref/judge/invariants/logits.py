@@ -29,6 +29,15 @@ from moco_ref.judge.invariants.loss import (
     form_logits,
 )
 
+MASKED_BELOW = -1e3  # a logit this low has softmax probability 0 next to |logit| ≤ 1/T
+
+
+def masked_columns(logits: torch.Tensor) -> torch.Tensor:
+    """``[B, 1+n]`` True where a logit counts as masked (−inf, or below ``MASKED_BELOW``): the
+    one threshold every check uses."""
+    return torch.isneginf(logits) | (logits < MASKED_BELOW)
+
+
 LOGITS_TOLERANCE = 1e-4  # max-abs error relative to max(1, largest expected logit)
 BUILDER_FORM = replace(REFERENCE_FORM, mask="none")  # no ids: nothing to mask
 BUILDER_CHOICES: dict[str, tuple[str, ...]] = {
