@@ -21,9 +21,9 @@ from moco_ref.judge.gaps import Unobserved
 from moco_ref.judge.judge import judge
 from moco_ref.judge.record import validate_part
 from moco_ref.judge.results import SubmissionReport
+from moco_ref.judge.styles import JUDGED_STYLES
 from moco_ref.observe import parts as parts_module
 from moco_ref.observe.options import GradeOptions
-from moco_ref.observe.strategies import default_lab_probe
 from moco_ref.sandbox.observation import MissingPart, SandboxRun, joined_output, observe_in_sandbox
 
 # Validating and judging are quick; one at a time keeps hypothesis and torch's global RNG calm.
@@ -146,10 +146,9 @@ def _assembled(report: SubmissionReport, options: GradeOptions, stage: dict, don
     for name, gap in missing.items():
         entries[name] = Unobserved(name, gap.reason, gap.timed_out)
     observations = parts_module.assemble(style, meta, entries)
-    if style == "components":
-        parts_module.fill_components_meta(observations, stage.get("defined") or {}, options)
-    if style == "lab" and "probe" not in observations:
-        observations["probe"] = default_lab_probe(options.seed).to_dict()
+    known = JUDGED_STYLES.get(style)
+    if known is not None:
+        known.complete(observations, stage.get("defined") or {}, options)
     observations.setdefault("style", style)
     return observations, missing
 

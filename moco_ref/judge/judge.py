@@ -11,15 +11,12 @@ from __future__ import annotations
 import traceback
 
 from moco_ref.judge.assertions import CheckFailure, NotExercised, SubmissionError
-from moco_ref.judge.builder_evidence import BuilderEvidence
-from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
 from moco_ref.judge.gaps import PartNotObserved
 from moco_ref.judge.registry import CheckSpec, all_checks, not_applicable_reason
 from moco_ref.judge.results import CheckResult, Status
+from moco_ref.judge.styles import JUDGED_STYLES
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.threads import one_thread
-
-EVIDENCE = {"lab": LabEvidence, "components": ComponentsEvidence, "builder": BuilderEvidence}
 
 
 def judge(
@@ -33,9 +30,9 @@ def judge(
 
 def _judge(observations: dict, style: str, options: GradeOptions):
     evidence, broken = None, ""
-    if style in EVIDENCE:
+    if style in JUDGED_STYLES:
         try:
-            evidence = EVIDENCE[style](observations, options)
+            evidence = JUDGED_STYLES[style].evidence(observations, options)
         except Exception:  # noqa: BLE001 - a malformed record is every check's error
             broken = "the observation record could not be read:\n" + traceback.format_exc()
     results = []

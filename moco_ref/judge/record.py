@@ -27,6 +27,7 @@ import torch
 
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.parts import INPUT_MUTATED, PROBE_DTYPE
+from moco_ref.observe.styles import COMPONENTS
 
 MAX_EVENTS = 2000  # probe.MAX_EVENTS: the observer records no more
 MAX_VIEW_CALLS = 10_000
@@ -56,31 +57,42 @@ def validate_part(style: str, name: str, data, meta, options: GradeOptions) -> s
 
 
 def _validate(style: str, name: str, data, meta, options: GradeOptions) -> None:
+    from moco_ref.judge.styles import JUDGED_STYLES
+
     _need(isinstance(meta, dict), "the record's shared entries are not a dict")
-    if style == "lab":
-        _lab_meta(meta, options)
-        if name == "moco_warmup":
-            _warmup(data)
-        elif name == "train_moco":
-            dtype = _PROBE_DTYPES.get(meta.get(PROBE_DTYPE, "torch.float32"))
-            _need(dtype is not None, f"the probe cannot have been built in {meta[PROBE_DTYPE]}")
-            previous = torch.get_default_dtype()
-            torch.set_default_dtype(dtype)  # the probe is rebuilt as the submission's was
-            try:
-                _training(data, options)
-            finally:
-                torch.set_default_dtype(previous)
-        else:
-            raise Invalid(f"a lab record has no part {name!r}")
-    elif style == "components":
-        _components_meta(meta, options)
-        if name == "moco_warmup":
-            _warmup(data)
-        else:
-            _component_outputs(name, data, options)
-    elif style == "builder":
-        _builder(data, options)
+    known = JUDGED_STYLES.get(style)
+    _need(known is not None, f"no style {style!r} is judged")
+    known.validate(name, data, meta, options)
     _plain(data, "the part")
+
+
+def validate_lab_part(name: str, data, meta: dict, options: GradeOptions) -> None:
+    _lab_meta(meta, options)
+    if name == "moco_warmup":
+        _warmup(data)
+    elif name == "train_moco":
+        dtype = _PROBE_DTYPES.get(meta.get(PROBE_DTYPE, "torch.float32"))
+        _need(dtype is not None, f"the probe cannot have been built in {meta[PROBE_DTYPE]}")
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # the probe is rebuilt as the submission's was
+        try:
+            _training(data, options)
+        finally:
+            torch.set_default_dtype(previous)
+    else:
+        raise Invalid(f"a lab record has no part {name!r}")
+
+
+def validate_components_part(name: str, data, meta: dict, options: GradeOptions) -> None:
+    _components_meta(meta, options)
+    if name == "moco_warmup":
+        _warmup(data)
+    else:
+        _component_outputs(name, data, options)
+
+
+def validate_builder_part(name: str, data, meta: dict, options: GradeOptions) -> None:
+    _builder(data, options)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -343,9 +355,7 @@ def _view_inputs(view_calls: list, recorder) -> dict[tuple[int, int], torch.Tens
 
 
 def _components_meta(meta: dict, options: GradeOptions) -> None:
-    from moco_ref.observe.parts import PARTS
-
-    names = {entry for part in PARTS["components"] for entry in part.entry_points}
+    names = {entry for part in COMPONENTS.parts for entry in part.entry_points}
     _need(meta.get("seed") == int(options.seed), "the record's seed is not the grader's")
     defined = meta.get("defined", {})
     _need(isinstance(defined, dict) and set(defined) <= names

@@ -18,7 +18,7 @@ import traceback
 import torch
 from torch import nn
 
-from moco_ref.observe.builder_probe import observe_builder
+from moco_ref.observe.builder_probe import observe_builder  # noqa: F401 - by name: ObservedStyle.observer
 from moco_ref.observe.lab_probe import (
     PROJECTION_DIM,
     ProbeRecorder,
@@ -40,14 +40,13 @@ MAX_LIST = 10_000  # longest list kept when sanitizing a returned value
 
 def observe(namespace: dict, style: str, options: GradeOptions) -> dict:
     """Record what the submission (its module globals ``namespace``) does under the probe."""
-    if style == "lab":
-        record = observe_lab(namespace, options)
-    elif style == "components":
-        record = observe_components(namespace, options)
-    elif style == "builder":
-        record = observe_builder(namespace, options)
-    else:
+    from moco_ref.observe.styles import OBSERVED_STYLES
+
+    known = OBSERVED_STYLES.get(style)
+    if known is None:
         record = {"unsupported": f"style {style!r} is not observed yet"}
+    else:
+        record = globals()[known.observer](namespace, options)
     record.update(format=OBSERVATION_FORMAT, style=style)
     return record
 

@@ -24,36 +24,19 @@ from __future__ import annotations
 
 import hashlib
 import types
-from dataclasses import dataclass
 
 import torch
 
 from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.styles import OBSERVED_STYLES, Part
 
 WHOLE = "all"
 INPUT_MUTATED = "input_mutated"  # train_moco changed the probe's images x in place
 PROBE_DTYPE = "probe_dtype"  # torch's default dtype when the probe was built (lab)
 
 
-@dataclass(frozen=True)
-class Part:
-    name: str  # also the record key it fills
-    entry_points: tuple[str, ...]  # names in the submission's namespace it calls
-
-
 PARTS: dict[str, tuple[Part, ...]] = {
-    "lab": (
-        Part("moco_warmup", ("moco_warmup",)),
-        Part("train_moco", ("train_moco",)),
-    ),
-    "components": (
-        Part("moco_warmup", ("moco_warmup",)),
-        Part("queue", ("KeyQueue",)),
-        Part("ema", ("momentum_update",)),
-        Part("logits", ("contrastive_logits",)),
-        Part("loss", ("info_nce_loss",)),
-    ),
-}
+    style.name: style.parts for style in OBSERVED_STYLES.values() if style.parts}
 
 # components record: which "defined" entry each part owns
 _DEFINED_KEY = "defined"
@@ -79,13 +62,13 @@ def observe_part(namespace: dict, style: str, name: str,
     hidden = {entry for p in parts if p is not part for entry in p.entry_points}
     view = {key: value for key, value in namespace.items() if key not in hidden}
     watch = None
-    if style == "lab" and name == "train_moco" and isinstance(view.get("train_moco"),
-                                                                types.FunctionType):
-        view["train_moco"], watch = _watching_input(view["train_moco"])
+    entry_point = part.entry_points[0]
+    if part.watches_input and isinstance(view.get(entry_point), types.FunctionType):
+        view[entry_point], watch = _watching_input(view[entry_point])
     dtype = str(torch.get_default_dtype())  # the probe model is built with it
     record = observe(view, style, options)
     entry = record.pop(part.name, None)
-    if style == "lab":
+    if OBSERVED_STYLES[style].records_probe_dtype:
         record[PROBE_DTYPE] = dtype
     if watch is not None and watch["mutated"] and isinstance(entry, dict):
         entry[INPUT_MUTATED] = True
@@ -137,29 +120,11 @@ def assemble(style: str, meta: list[dict], entries: dict[str, object]) -> dict:
                 defined.update(value)
             else:
                 record.setdefault(key, value)
-    if defined or style == "components":
+    known = OBSERVED_STYLES.get(style)
+    if defined or (known is not None and known.shares_defined):
         record[_DEFINED_KEY] = defined
     record.update(entries)
     return record
-
-
-def fill_components_meta(record: dict, defined: dict, options: GradeOptions) -> None:
-    """A components record whose part runs died still needs the shared entries (seed,
-    fingerprints, which entry points are defined) for its other entries to be read: the grader
-    draws the cases itself and takes ``defined`` from the worker's stage report."""
-    from moco_ref.observe.strategies import cases_fingerprint, component_cases
-
-    record.setdefault("seed", int(options.seed))
-    fingerprints = record.setdefault("fingerprints", {})
-    for part in PARTS["components"]:
-        if part.name != "moco_warmup":
-            fingerprints.setdefault(part.name,
-                                    cases_fingerprint(component_cases(part.name, options.seed)))
-    merged = record.setdefault(_DEFINED_KEY, {})
-    for part in PARTS["components"]:
-        for entry in part.entry_points:
-            if entry != "moco_warmup":
-                merged.setdefault(entry, bool(defined.get(entry, False)))
 
 
 def entry_points_defined(namespace: dict, style: str | None) -> dict[str, bool]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 # At import (before the worker's reference-import guard is installed): this module is not
 # part of moco_ref, so the guard would refuse it later, as it refuses a submission.
+from moco_ref.observe import styles as real_styles
 from moco_ref.observe.strategies import default_lab_probe
 
 
@@ -106,7 +107,7 @@ def install(modules=None) -> dict:
     stand_ins = {}
     for name, attributes in (
         ("moco_ref.observe.observers", {"observe": observe}),
-        ("moco_ref.observe.styles", {"detect_style": detect_style}),
+        ("moco_ref.observe.styles", {**vars(real_styles), "detect_style": detect_style}),
         ("moco_ref.judge.judge", {"judge": judge}),
         ("moco_ref.judge.registry", {"all_checks": all_checks, "CheckSpec": CheckSpec,
                                      "unknown_selectors": unknown_selectors}),
