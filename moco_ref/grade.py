@@ -17,11 +17,16 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
+# Everything validating and judging needs is imported here, before any submission runs:
+# nothing a submission does to files afterwards can change the grader's code.
+from moco_ref.judge import checks as _checks  # noqa: F401
 from moco_ref.judge.gaps import Unobserved
 from moco_ref.judge.judge import judge
 from moco_ref.judge.record import validate_part
 from moco_ref.judge.results import SubmissionReport
 from moco_ref.judge.styles import JUDGED_STYLES
+from moco_ref.observe import builder_probe as _builder_probe  # noqa: F401
+from moco_ref.observe import lab_probe as _lab_probe  # noqa: F401
 from moco_ref.observe import parts as parts_module
 from moco_ref.observe.options import GradeOptions
 from moco_ref.sandbox.observation import MissingPart, SandboxRun, joined_output, observe_in_sandbox

@@ -50,3 +50,37 @@ def test_the_observing_side_loads_neither_the_reference_nor_the_judge():
                           timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_grader_imports_all_it_judges_with_before_any_submission_runs():
+    """After ``import moco_ref.grade``, validating and judging a submission's record imports
+    no further moco_ref module: nothing loaded after a submission ran is grader code."""
+    script = """
+import sys
+from pathlib import Path
+import moco_ref.grade
+from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.loader import load_submission
+from moco_ref.observe.parts import observe_part, part_names
+from moco_ref.observe.styles import detect_style
+namespaces = []
+for name in ("correct_lab_order.py", "components_correct_with_warmup.py",
+             "builder_correct_official_style.py"):
+    namespaces.append(load_submission(str(Path("examples/submissions") / name)).namespace)
+parts = []
+for namespace in namespaces:
+    style = detect_style(namespace)
+    for part in part_names(style):
+        parts.append((style, part, *observe_part(namespace, style, part, GradeOptions())))
+before = set(sys.modules)
+from moco_ref.judge.judge import judge
+from moco_ref.judge.record import validate_part
+for style, part, data, meta in parts:
+    assert validate_part(style, part, data, meta, GradeOptions()) == "", (style, part)
+    judge({part: data, **meta, "style": style}, style, GradeOptions())
+print(sorted(m for m in set(sys.modules) - before if m.startswith("moco_ref")))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
