@@ -16,6 +16,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 # Everything validating and judging needs is imported here, before any submission runs:
 # nothing a submission does to files afterwards can change the grader's code.
@@ -25,6 +26,7 @@ from moco_ref.judge.judge import judge
 from moco_ref.judge.record import validate_part
 from moco_ref.judge.results import SubmissionReport
 from moco_ref.judge.styles import JUDGED_STYLES
+from moco_ref.judge.untrusted import clean_text
 from moco_ref.observe import builder_probe as _builder_probe  # noqa: F401
 from moco_ref.observe import lab_probe as _lab_probe  # noqa: F401
 from moco_ref.observe import parts as parts_module
@@ -48,6 +50,17 @@ def grade_submission(target: str, options: GradeOptions | None = None) -> Submis
             traceback=f"moco-ref internal error while running the submission:\n{trace}",
         )
     report.wall_seconds = time.monotonic() - started
+    return _cleaned(report)
+
+
+def _cleaned(report: SubmissionReport) -> SubmissionReport:
+    """The report with every text that may carry the submission's words made safe to show
+    (``untrusted.clean_text``): its output, traceback, notes and the check messages."""
+    report.stdout, report.stderr = clean_text(report.stdout), clean_text(report.stderr)
+    report.traceback = clean_text(report.traceback)
+    report.notes = [clean_text(note, cap=2_000) for note in report.notes[:50]]
+    report.results = [replace(result, message=clean_text(result.message))
+                      for result in report.results]
     return report
 
 
@@ -187,7 +200,7 @@ def observe_sandboxed(target: str, options: GradeOptions | None = None) -> dict:
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         return {"gradable": False, "style": options.style, "notes": [], "observations": {},
                 "missing": {}, "traceback": f"moco-ref internal error:\n{trace}"}
-    report = _report_shell(target, options, run)
+    report = _cleaned(_report_shell(target, options, run))
     record = {"gradable": False, "style": report.style, "notes": report.notes,
               "observations": {}, "missing": {}, "traceback": report.traceback}
     if report.traceback:

@@ -81,6 +81,21 @@ def test_output_floods_are_capped(outcomes):
     assert "bytes of output cut" in report.stderr and len(report.stderr) < 21_000
 
 
+def test_escape_sequences_never_reach_a_report(outcomes):
+    """Every text field of the report (and so of the terminal, JSON, JUnit and Gradescope
+    output built from it) is free of escape and control characters, and capped."""
+    from moco_ref.judge.untrusted import MAX_TEXT_CHARS
+
+    report = outcomes["escape_sequences.py"].report
+    texts = [report.stdout, report.stderr, report.traceback, *report.notes,
+             *(r.message for r in report.results)]
+    assert any("score 36/36" in text for text in texts)  # the words are kept, shown inert
+    for text in texts:
+        assert not any(c in text for c in "\x1b\x07\x08\r\x9b\u202e"), repr(text[:200])
+        assert len(text) <= MAX_TEXT_CHARS
+    assert any("train_moco raised" in r.message for r in report.results)
+
+
 def test_fake_files_change_nothing(outcomes):
     report = outcomes["fake_report_files.py"].report
     assert report.score == 34

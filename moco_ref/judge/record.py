@@ -29,6 +29,7 @@ from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.parts import INPUT_MUTATED, PROBE_DTYPE
 from moco_ref.observe.styles import COMPONENTS
 
+MAX_PART_TENSOR_BYTES = 512 * 2**20  # far above what any probe records
 MAX_EVENTS = 2000  # probe.MAX_EVENTS: the observer records no more
 MAX_VIEW_CALLS = 10_000
 FORWARD_ATOL = 2e-2  # recomputed vs recorded outputs: |Δ| ≤ atol + rtol·|output|
@@ -62,6 +63,8 @@ def _validate(style: str, name: str, data, meta, options: GradeOptions) -> None:
     _need(isinstance(meta, dict), "the record's shared entries are not a dict")
     known = JUDGED_STYLES.get(style)
     _need(known is not None, f"no style {style!r} is judged")
+    _dense(data, "the part", [0])
+    _dense(meta, "the record's shared entries", [0])
     known.validate(name, data, meta, options)
     _plain(data, "the part")
 
@@ -131,6 +134,32 @@ def _bool(value, where: str) -> bool:
 
 def _text_or_none(value, where: str) -> None:
     _need(value is None or isinstance(value, str), f"{where} is neither text nor None")
+
+
+def _dense(value, where: str, total: list[int], depth: int = 0) -> None:
+    """Every tensor is an ordinary strided one whose elements all lie in bytes that were sent
+    (no stride-0 expansion, no overlapping view that multiplies its storage), and all of them
+    together stay within ``MAX_PART_TENSOR_BYTES``: checked before any work is done on them."""
+    if depth > 24:
+        raise Invalid(f"{where} is nested too deep")
+    if type(value) is torch.Tensor:
+        _need(value.layout == torch.strided and not value.is_quantized,
+              f"{where} holds a {value.layout} tensor")
+        logical = value.numel() * value.element_size()
+        stored = value.untyped_storage().nbytes()
+        _need(logical <= stored and (value.numel() <= 1 or value.is_contiguous() or all(
+            stride > 0 or size == 1 for size, stride in zip(value.shape, value.stride()))),
+            f"{where} holds a tensor of shape {list(value.shape)} that is not dense "
+            f"({logical} bytes of elements over {stored} bytes sent)")
+        total[0] += logical
+        _need(total[0] <= MAX_PART_TENSOR_BYTES,
+              f"{where} holds more than {MAX_PART_TENSOR_BYTES} bytes of tensors")
+    elif isinstance(value, dict):
+        for item in value.values():
+            _dense(item, where, total, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _dense(item, where, total, depth + 1)
 
 
 def _plain(value, where: str, depth: int = 0) -> None:

@@ -25,6 +25,7 @@ import select
 import struct
 import threading
 import time
+import zipfile
 from dataclasses import dataclass, field
 
 import torch
@@ -191,6 +192,16 @@ class _Corrupt(Exception):
     pass
 
 
+def _refuse_compressed(body: bytes) -> None:
+    """``torch.save`` stores its members uncompressed; a frame whose archive inflates (a
+    decompression bomb) or claims more than it carries is refused before it is read."""
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        members = archive.infolist()
+        if any(m.compress_type != zipfile.ZIP_STORED or m.file_size != m.compress_size
+               for m in members) or sum(m.file_size for m in members) > len(body):
+            raise ValueError("its archive has compressed members")
+
+
 def _decode(kind: int, body: bytes):
     try:
         if kind in _JSON_KINDS:
@@ -198,6 +209,7 @@ def _decode(kind: int, body: bytes):
             if not isinstance(value, dict):
                 raise ValueError("not an object")
             return value
+        _refuse_compressed(body)
         return torch.load(io.BytesIO(body), weights_only=True)
     except Exception as exc:  # noqa: BLE001 - anything that is not plain data is refused
         raise _Corrupt(f"a {KIND_NAMES[kind]} frame that is not plain data: {exc}") from None
