@@ -103,6 +103,37 @@ def test_unchanged_submissions_come_from_the_cache(folder, tmp_path):
     assert not any(o.cached for o in other.outcomes)
 
 
+@pytest.mark.usefixtures("stubbed")
+def test_only_entries_the_grader_signed_come_from_the_cache(folder, tmp_path):
+    """A forged entry (the key is computable by anyone), one whose report was edited, and one
+    signed with another secret are all ignored: the submission is graded anew."""
+    import json
+    import stat
+
+    from moco_ref.report.batch import CACHE_FOLDER, SECRET_FILE, _cache_file, find_targets
+
+    out, options = tmp_path / "reports", GradeOptions()
+    grade_folder([folder], options, out=out, jobs=1)
+    secret = out / CACHE_FOLDER / SECRET_FILE
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    bob = next(t for t in find_targets([folder]) if t.name.endswith("bob.py"))
+    entry = _cache_file(out, cache_key(bob, options))
+    signed = json.loads(entry.read_text())
+    assert grade_folder([folder], options, out=out).outcomes[1].cached
+
+    def graded_again(data) -> bool:
+        entry.write_text(json.dumps(data))
+        outcome = grade_folder([folder], options, out=out).outcomes[1]
+        return not outcome.cached and outcome.report.score < outcome.report.max_score
+
+    full = {**signed["report"], "results": [{**r, "status": "passed"}
+                                            for r in signed["report"]["results"]]}
+    assert graded_again({"key": signed["key"], "report": full})  # forged: no MAC
+    assert graded_again({**signed, "report": full})  # edited after signing
+    secret.write_bytes(b"another grader's secret")
+    assert graded_again(signed)  # signed under another secret
+
+
 def test_the_cache_key_names_content_options_and_grader(folder):
     target = find_targets([folder])[0]
     key = cache_key(target, GradeOptions())

@@ -14,7 +14,9 @@ deterministic shards for CI matrices or cluster array jobs, and a cache of uncha
   score, max score, failed checks, wall time, …) for the targets of this run —
   ``summary-I-of-N.*`` for shard I of N, so shards can share a folder.
 - **cache**: ``OUT/.cache/<key>.json``, ``key = sha256(name, content of the file, grader
-  fingerprint, options)`` (the name too: a report quotes its file in tracebacks). An unchanged
+  fingerprint, options)`` (the name too: a report quotes its file in tracebacks), each entry
+  authenticated by an HMAC-SHA256 under ``OUT/.cache/.secret`` (owner-only): an entry without
+  a valid MAC, or whose report was changed, is ignored and the submission graded anew. An unchanged
   submission is not graded again unless ``force``; the grader fingerprint is the version plus
   a hash of the grader's own source, so any change of the grader invalidates the cache.
   Reports with a timeout or an internal error are not cached. Module targets are always
@@ -28,9 +30,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import hmac
 import io
 import json
 import os
+import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -51,6 +55,7 @@ from moco_ref.report.scoring import NOT_PASSED
 
 DEFAULT_OUT = "grading-reports"
 CACHE_FOLDER = ".cache"
+SECRET_FILE = ".secret"
 SUMMARY_FIELDS = ("submission", "gradable", "score", "max_score", "failed_checks",
                   "wall_seconds", "cached", "style")
 _SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", ".git", ".hypothesis"}
@@ -162,12 +167,39 @@ def _cache_file(out: Path, key: str) -> Path:
     return out / CACHE_FOLDER / f"{key}.json"
 
 
+def _secret(out: Path) -> bytes:
+    """The cache's signing key, ``OUT/.cache/.secret`` (created on first use, owner-only): a
+    cache entry is trusted only if it carries this key's MAC, so an entry written by anyone
+    who cannot read the key (a submission) is never believed."""
+    path = out / CACHE_FOLDER / SECRET_FILE
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = secrets.token_bytes(32)
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another grading run made it first
+            return path.read_bytes()
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(fresh)
+        return fresh
+
+
+def _mac(secret: bytes, key: str, report: dict) -> str:
+    body = json.dumps({"key": key, "report": report}, sort_keys=True).encode()
+    return hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
 def load_cached(out: Path, key: str | None, target: Target) -> SubmissionReport | None:
+    """The cached report of ``key`` if there is one whose MAC this grader wrote."""
     if key is None:
         return None
     try:
         data = json.loads(_cache_file(out, key).read_text(encoding="utf-8"))
-        if data.get("key") != key:
+        if data.get("key") != key or not isinstance(data.get("mac"), str):
+            return None
+        if not hmac.compare_digest(data["mac"], _mac(_secret(out), key, data["report"])):
             return None
         report = report_from_dict(data["report"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -179,7 +211,9 @@ def load_cached(out: Path, key: str | None, target: Target) -> SubmissionReport 
 def store_cached(out: Path, key: str | None, report: SubmissionReport) -> None:
     if key is None or not report_is_cacheable(report):
         return
-    _write_atomic(_cache_file(out, key), _dumps({"key": key, "report": report.to_dict()}))
+    data = json.loads(_dumps(report.to_dict()))  # the report exactly as it will be read back
+    _write_atomic(_cache_file(out, key),
+                  _dumps({"key": key, "report": data, "mac": _mac(_secret(out), key, data)}))
 
 
 def report_is_cacheable(report: SubmissionReport) -> bool:
