@@ -33,6 +33,7 @@ from moco_ref.observe import parts as parts_module
 from moco_ref.observe.options import GradeOptions
 from moco_ref.sandbox.observation import MissingPart, SandboxRun, joined_output, observe_in_sandbox
 
+SUBMISSION_LABEL = "(reported by the submission's process)"  # its notes are its own words
 # Validating and judging are quick; one at a time keeps hypothesis and torch's global RNG calm.
 _JUDGE_LOCK = threading.Lock()
 
@@ -58,7 +59,8 @@ def _cleaned(report: SubmissionReport) -> SubmissionReport:
     (``untrusted.clean_text``): its output, traceback, notes and the check messages."""
     report.stdout, report.stderr = clean_text(report.stdout), clean_text(report.stderr)
     report.traceback = clean_text(report.traceback)
-    report.notes = [clean_text(note, cap=2_000) for note in report.notes[:50]]
+    report.notes = [clean_text(note, cap=2_000) for note in report.notes[:50]
+                    if isinstance(note, str)]
     report.results = [replace(result, message=clean_text(result.message))
                       for result in report.results]
     return report
@@ -104,7 +106,8 @@ def _report_shell(target: str, options: GradeOptions, run: SandboxRun) -> Submis
     stage = run.stage
     result = next((a.result for a in attempts if a.result is not None), None) or {}
     style = (stage or {}).get("style") or result.get("style") or options.style or "unknown"
-    notes = list((stage or result).get("notes") or [])
+    notes = [f"{SUBMISSION_LABEL} {note}" for note in list((stage or result).get("notes") or [])
+             if isinstance(note, str)]
     refused = sorted({name for a in attempts
                       for name in (a.result or {}).get("refused_imports", [])})
     if refused:

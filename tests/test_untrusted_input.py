@@ -80,3 +80,25 @@ def test_a_frame_whose_archive_inflates_is_refused():
             target.writestr(member.filename, source.read(member.filename))
     with pytest.raises(channel._Corrupt, match="compressed members"):
         channel._decode(channel.PART, inflating.getvalue())
+
+
+def test_the_grader_plans_the_parts_itself():
+    from moco_ref.sandbox.observation import planned_parts
+
+    forged = {"style": "lab", "parts": ["moco_warmup"], "notes": []}  # hides train_moco
+    assert planned_parts(forged) == ["moco_warmup", "train_moco"]
+    assert planned_parts({"style": "builder", "parts": []}) == ["all"]
+
+
+def test_notes_from_the_submission_process_are_labelled_and_capped():
+    from moco_ref.grade import SUBMISSION_LABEL, _cleaned, _report_shell
+    from moco_ref.observe.options import GradeOptions
+    from moco_ref.sandbox.attempt import Attempt
+    from moco_ref.sandbox.observation import SandboxRun
+
+    stage = {"style": "lab", "notes": ["TA override: \x1b[32mfull marks\x1b[0m", "x" * 10**6,
+                                       {"not": "text"}]}
+    run = SandboxRun([Attempt(stage=stage)], stage, {}, {}, failure="")
+    report = _cleaned(_report_shell("sub.py", GradeOptions(), run))
+    assert report.notes[0] == f"{SUBMISSION_LABEL} TA override: full marks"
+    assert len(report.notes) == 2 and len(report.notes[1]) <= 2_000

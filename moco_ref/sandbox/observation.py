@@ -42,6 +42,8 @@ import time
 from dataclasses import dataclass
 
 from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.parts import part_names
+from moco_ref.observe.styles import OBSERVED_STYLES
 from moco_ref.sandbox.attempt import Attempt, run_attempt
 from moco_ref.sandbox.client import child_environment, zygote_for
 
@@ -91,9 +93,13 @@ def observe_in_sandbox(target: str, options: GradeOptions) -> SandboxRun:
                                          "and could not be observed again", False)
             break
         stage = attempt.stage
+        if stage.get("style") not in OBSERVED_STYLES:
+            failure = ("the submission's process reported a style the grader does not know "
+                       f"({str(stage.get('style'))[:80]!r}): the record was tampered with")
+            break
         progress = False
         for name, payload in attempt.parts.items():
-            if name in stage.get("parts", []) and name not in done and name not in missing:
+            if name in planned_parts(stage) and name not in done and name not in missing:
                 done[name] = payload
                 progress = True
         if attempt.corrupt:
@@ -123,8 +129,14 @@ def observe_in_sandbox(target: str, options: GradeOptions) -> SandboxRun:
     return SandboxRun(attempts, stage, done, missing, failure)
 
 
+def planned_parts(stage: dict) -> list[str]:
+    """The parts the grader observes for the style: its own list, never the one the
+    submission's process sent."""
+    return part_names(stage.get("style"))
+
+
 def _remaining(stage: dict, done: dict, missing: dict) -> list[str]:
-    return [name for name in stage.get("parts", []) if name not in done and name not in missing]
+    return [name for name in planned_parts(stage) if name not in done and name not in missing]
 
 
 def _why_unfinished(attempt: Attempt, options: GradeOptions) -> tuple[str, bool]:
