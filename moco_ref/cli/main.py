@@ -8,6 +8,7 @@ import sys
 
 from moco_ref import __version__
 from moco_ref.cli import checks as checks_cli
+from moco_ref.cli import doctor as doctor_cli
 from moco_ref.cli import golden as golden_cli
 from moco_ref.cli import grade as grading_cli
 from moco_ref.cli import refactor as refactor_cli
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_walk(subparsers)
     grading_cli.add_parsers(subparsers)  # grade, demo
     checks_cli.add_parser(subparsers)
+    doctor_cli.add_parser(subparsers)
     golden_cli.add_parser(subparsers)
     refactor_cli.add_parsers(subparsers)  # record, compare
     training_cli.add_parser(subparsers)

@@ -269,6 +269,12 @@ def _run_queue_case(KeyQueue, case) -> dict:
     return {"keys": keys_after, "ids": ids_after, "len": lengths}
 
 
+def _grad_of(tensor: torch.Tensor):
+    """``tensor.grad`` without torch's warning about reading it on a non-leaf (a key
+    parameter the EMA turned into one by building autograd history; I1 reports that)."""
+    return tensor.grad if tensor.is_leaf or tensor.retains_grad else None
+
+
 def _run_ema_case(momentum_update, case) -> dict:
     key, query = case.models()
     query_before = [p.detach().clone() for p in query.parameters()]
@@ -277,7 +283,7 @@ def _run_ema_case(momentum_update, case) -> dict:
     return {
         "key_params": params,
         "key_buffers": [b.detach().clone() for b in key.buffers()],
-        "key_grads_none": [p.grad is None for p in key.parameters()],
+        "key_grads_none": [_grad_of(p) is None for p in key.parameters()],
         "key_grad_fn": [p.grad_fn is not None for p in key.parameters()],
         "query_unchanged": all(
             torch.equal(p.detach(), before) for p, before in zip(query.parameters(), query_before)

@@ -1,0 +1,108 @@
+"""``moco-ref doctor``: what a submission's process actually sees here, found by grading a
+probe submission in the same sandbox as any other (its ``moco_warmup`` reports from inside):
+its user, capabilities, no_new_privs and seccomp, limits, which paths it can read or write,
+whether it sees other processes, and whether it reaches the network or host sockets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+PROBE = r'''
+import os, resource, socket
+
+
+def _status():
+    fields = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key in ("CapEff", "CapBnd", "NoNewPrivs", "Seccomp"):
+                fields[key] = value.strip()
+    return fields
+
+
+def _can(action, path):
+    try:
+        if action == "read":
+            os.listdir(path)
+        else:
+            name = os.path.join(path, ".moco-ref-doctor-probe")
+            with open(name, "w") as handle:
+                handle.write("x")
+            os.remove(name)
+        return "yes"
+    except OSError as error:
+        return "no (" + type(error).__name__ + ")"
+
+
+def _network():
+    try:
+        socket.create_connection(("1.1.1.1", 53), timeout=1).close()
+        return "reaches the internet"
+    except OSError as error:
+        return "no internet (" + type(error).__name__ + ")"
+
+
+def _limit(name):
+    soft, _ = resource.getrlimit(getattr(resource, name))
+    return "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
+
+
+def moco_warmup():
+    paths = PATHS
+    report = {"uid": str(os.getuid()), "gid": str(os.getgid()), "cwd": os.getcwd()}
+    report.update(_status())
+    report["processes visible"] = str(sum(1 for p in os.listdir("/proc") if p.isdigit()))
+    report["network"] = _network()
+    for name in ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_CORE"):
+        report[name] = _limit(name)
+    for label, path in paths.items():
+        report["read " + label] = _can("read", path)
+        report["write " + label] = _can("write", path)
+    return {"temperature_probabilities": {}, "FIFO": [], "EMA": [], "doctor": report}
+'''
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "doctor", help="what a graded submission's process can see and do here")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(run=run)
+
+
+def explain_isolation() -> dict:
+    """What the probe submission reported from inside the sandbox, and the isolation mode."""
+    from moco_ref.grade import observe_sandboxed
+    from moco_ref.observe.options import GradeOptions
+    from moco_ref.sandbox.client import isolation_description
+
+    project = str(Path(__file__).resolve().parents[2])
+    with tempfile.TemporaryDirectory(prefix="moco-ref-doctor-") as folder:
+        paths = {"home": os.path.expanduser("~"), "project": project, "host /tmp": "/tmp",
+                 "the submission's folder": folder}
+        probe = Path(folder) / "doctor_probe.py"
+        probe.write_text(PROBE.replace("PATHS", repr(paths)))
+        record = observe_sandboxed(str(probe), GradeOptions(style="lab", timeout=60))
+    warmup = record.get("observations", {}).get("moco_warmup", {})
+    inside = ((warmup.get("result") or {}).get("doctor")) if isinstance(warmup, dict) else None
+    return {"isolation": isolation_description(), "inside": inside,
+            "problem": None if inside else (record.get("traceback") or str(warmup)[:2000])}
+
+
+def run(args: argparse.Namespace) -> int:
+    found = explain_isolation()
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0 if found["inside"] else 1
+    print(f"isolation: {found['isolation']}")
+    if not found["inside"]:
+        print(f"the probe submission could not report: {found['problem']}")
+        return 1
+    width = max(len(key) for key in found["inside"])
+    for key, value in found["inside"].items():
+        print(f"  {key:<{width}}  {value}")
+    return 0
