@@ -54,6 +54,22 @@ def grade_submission(target: str, options: GradeOptions | None = None) -> Submis
     return _cleaned(report)
 
 
+def _shown_as_original(report: SubmissionReport, run: SandboxRun) -> SubmissionReport:
+    """Paths of the copy the submission's process loaded, written as the original's."""
+    pairs = {(a.copy_folder, a.original_folder) for a in run.attempts if a.copy_folder}
+
+    def restore(text: str) -> str:
+        for copy, original in pairs:
+            text = text.replace(copy, original)
+        return text
+
+    report.stdout, report.stderr = restore(report.stdout), restore(report.stderr)
+    report.traceback = restore(report.traceback)
+    report.notes = [restore(note) if isinstance(note, str) else note for note in report.notes]
+    report.results = [replace(r, message=restore(r.message)) for r in report.results]
+    return report
+
+
 def _cleaned(report: SubmissionReport) -> SubmissionReport:
     """The report with every text that may carry the submission's words made safe to show
     (``untrusted.clean_text``): its output, traceback, notes and the check messages."""
@@ -94,9 +110,9 @@ def grade_tasks(
 
 def _report(target: str, options: GradeOptions, run: SandboxRun) -> SubmissionReport:
     report = _report_shell(target, options, run)
-    if report.traceback:
-        return report
-    return _judged(report, options, run.stage, run.done, run.missing)
+    if not report.traceback:
+        report = _judged(report, options, run.stage, run.done, run.missing)
+    return _shown_as_original(report, run)
 
 
 def _report_shell(target: str, options: GradeOptions, run: SandboxRun) -> SubmissionReport:
@@ -203,7 +219,7 @@ def observe_sandboxed(target: str, options: GradeOptions | None = None) -> dict:
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         return {"gradable": False, "style": options.style, "notes": [], "observations": {},
                 "missing": {}, "traceback": f"moco-ref internal error:\n{trace}"}
-    report = _cleaned(_report_shell(target, options, run))
+    report = _cleaned(_shown_as_original(_report_shell(target, options, run), run))
     record = {"gradable": False, "style": report.style, "notes": report.notes,
               "observations": {}, "missing": {}, "traceback": report.traceback}
     if report.traceback:

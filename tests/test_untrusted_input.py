@@ -102,3 +102,35 @@ def test_notes_from_the_submission_process_are_labelled_and_capped():
     report = _cleaned(_report_shell("sub.py", GradeOptions(), run))
     assert report.notes[0] == f"{SUBMISSION_LABEL} TA override: full marks"
     assert len(report.notes) == 2 and len(report.notes[1]) <= 2_000
+
+
+def test_a_submission_gets_a_copy_of_itself_and_its_helpers_only(tmp_path):
+    from moco_ref.sandbox.attempt import MAX_HELPER_BYTES, copy_submission
+
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "bob.py").write_text("from helper import x\ndef train_moco(*a):\n    pass\n")
+    (folder / "helper.py").write_text("x = 1\ndef moco_warmup():\n    return {}\n")
+    (folder / "alice.py").write_text("def train_moco(*a):\n    return 'correct'\n")
+    (folder / "carol.py").write_text("class MoCo:\n    pass\n")
+    (folder / "broken.py").write_text("def (:\n")
+    (folder / "big.py").write_text("#" * (MAX_HELPER_BYTES + 1))
+    copied = copy_submission(str(folder / "bob.py"), tmp_path / "copy")
+    assert copied == str(tmp_path / "copy" / "bob.py")
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["bob.py", "helper.py"]
+
+
+def test_a_classmate_beside_the_submission_cannot_be_imported(tmp_path):
+    from moco_ref.grade import grade_submission
+
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "alice.py").write_text("def train_moco(*a):\n    return 'correct'\n"
+                                     "def moco_warmup():\n    return {}\n")
+    bob = folder / "bob.py"
+    bob.write_text("from alice import train_moco, moco_warmup\n")
+    report = grade_submission(str(bob))
+    assert not report.gradable
+    assert "No module named 'alice'" in report.traceback
+    assert str(bob) in report.traceback  # shown at its own path, not the copy's
+    assert "moco-ref-grade-" not in report.traceback

@@ -4,11 +4,14 @@ it left behind (an ``Attempt``)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import queue
 import secrets
+import shutil
 import signal
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +28,43 @@ from moco_ref.observe.channel import (
 )
 from moco_ref.observe.loader import is_module_target
 from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.styles import OBSERVED_STYLES
 from moco_ref.sandbox import procs
 from moco_ref.sandbox.capture import StreamDrain
 from moco_ref.sandbox.client import JobHandle, Zygote, isolation_mode
 
 STOP_GRACE_SECONDS = 5.0
+_AST_LOCK = threading.Lock()
+MAX_HELPER_BYTES = 4 * 2**20  # a helper module beside the submission larger than this stays
+# what makes a file a submission of its own (a module defining only moco_warmup is a helper)
+ENTRY_POINT_NAMES = frozenset(name for style in OBSERVED_STYLES.values()
+                              for name in style.entry_points) - {"moco_warmup"}
+
+
+def copy_submission(target: str, folder: Path) -> str:
+    """A copy of the submission for its process to load: the file, and the helper modules
+    beside it — the ``.py`` files that define no MoCo entry point of their own. A sibling
+    that does (a classmate, in a class folder) or cannot be parsed is not copied, so the
+    submission can neither import it nor read it through its own folder."""
+    source = Path(target).resolve()
+    folder.mkdir(parents=True)
+    shutil.copy2(source, folder / source.name)
+    for sibling in sorted(source.parent.glob("*.py")):
+        if sibling == source or not sibling.is_file() or sibling.stat().st_size > \
+                MAX_HELPER_BYTES or _defines_entry_points(sibling):
+            continue
+        shutil.copy2(sibling, folder / sibling.name)
+    return str(folder / source.name)
+
+
+def _defines_entry_points(path: Path) -> bool:
+    try:
+        with _AST_LOCK:  # CPython 3.11's ast constructor is not safe across threads
+            tree = ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
+        return True  # unreadable: treated as someone else's submission
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+               and node.name in ENTRY_POINT_NAMES for node in tree.body)
 
 
 @dataclass
@@ -50,6 +85,8 @@ class Attempt:
     stderr: str = ""
     isolation: str = ""
     asked: list[str] | None = None  # the parts this process was asked to observe (None: all)
+    original_folder: str = ""  # where the submission lies
+    copy_folder: str = ""  # where its process loaded the copy from (shown as original_folder)
 
     def exit_text(self) -> str:
         """How the submission's process ended, in words."""
@@ -84,6 +121,10 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
                                      ignore_cleanup_errors=True) as scratch:
         workdir = Path(scratch) / "work"
         workdir.mkdir()
+        if not is_module_target(target):
+            attempt.original_folder = str(Path(target).resolve().parent)
+            attempt.copy_folder = os.path.realpath(Path(scratch) / "submission")
+            target = copy_submission(target, Path(attempt.copy_folder))
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         channel_r, channel_w = os.pipe()
@@ -94,7 +135,7 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
             "job": token,
             "token": token,
             "nonce": nonce.hex(),
-            "target": target if is_module_target(target) else str(Path(target).resolve()),
+            "target": target,
             "options": options.to_dict(),
             "import_root": os.getcwd(),
             "scratch": os.path.realpath(scratch),
