@@ -54,6 +54,17 @@ def grade_submission(target: str, options: GradeOptions | None = None) -> Submis
     return _cleaned(report)
 
 
+def _rewrite_texts(report: SubmissionReport, rewrite, note_rewrite=None) -> SubmissionReport:
+    """``rewrite`` applied to every text of the report that may carry the submission's
+    words: its output, traceback, notes (``note_rewrite`` when given) and check messages."""
+    report.stdout, report.stderr = rewrite(report.stdout), rewrite(report.stderr)
+    report.traceback = rewrite(report.traceback)
+    report.notes = [(note_rewrite or rewrite)(note) for note in report.notes]
+    report.results = [replace(result, message=rewrite(result.message))
+                      for result in report.results]
+    return report
+
+
 def _shown_as_original(report: SubmissionReport, run: SandboxRun) -> SubmissionReport:
     """Paths of the copy the submission's process loaded, written as the original's."""
     pairs = {(a.copy_folder, a.original_folder) for a in run.attempts if a.copy_folder}
@@ -63,23 +74,13 @@ def _shown_as_original(report: SubmissionReport, run: SandboxRun) -> SubmissionR
             text = text.replace(copy, original)
         return text
 
-    report.stdout, report.stderr = restore(report.stdout), restore(report.stderr)
-    report.traceback = restore(report.traceback)
-    report.notes = [restore(note) if isinstance(note, str) else note for note in report.notes]
-    report.results = [replace(r, message=restore(r.message)) for r in report.results]
-    return report
+    return _rewrite_texts(report, restore)
 
 
 def _cleaned(report: SubmissionReport) -> SubmissionReport:
-    """The report with every text that may carry the submission's words made safe to show
-    (``untrusted.clean_text``): its output, traceback, notes and the check messages."""
-    report.stdout, report.stderr = clean_text(report.stdout), clean_text(report.stderr)
-    report.traceback = clean_text(report.traceback)
-    report.notes = [clean_text(note, cap=2_000) for note in report.notes[:50]
-                    if isinstance(note, str)]
-    report.results = [replace(result, message=clean_text(result.message))
-                      for result in report.results]
-    return report
+    """The report made safe to show (``untrusted.clean_text``); at most 50 notes."""
+    report.notes = report.notes[:50]
+    return _rewrite_texts(report, clean_text, lambda note: clean_text(note, cap=2_000))
 
 
 def grade_many(

@@ -37,7 +37,7 @@ def test_every_check_is_documented_and_grouped_by_family():
     assert {s.family for s in specs} == set(FAMILIES)
     for spec in specs:
         assert spec.check_id.startswith(spec.family + "-")
-        assert len(spec.docstring) > 40, spec.check_id
+        assert len(spec.contract) > 40, spec.check_id
         assert spec.points > 0 and spec.styles
     assert [FAMILIES.index(s.family) for s in specs] == sorted(FAMILIES.index(s.family)
                                                               for s in specs)

@@ -9,7 +9,7 @@ import zipfile
 import pytest
 import torch
 
-from moco_ref.judge.record import MAX_PART_TENSOR_BYTES, Invalid, _dense
+from moco_ref.judge.record import MAX_PART_TENSOR_BYTES, Invalid, _plain
 from moco_ref.judge.untrusted import clean_text
 from moco_ref.observe import channel
 
@@ -51,7 +51,8 @@ def _round_trip(value):
 
 def test_dense_tensors_and_views_of_what_was_sent_pass():
     base = torch.randn(6, 4)
-    _dense(_round_trip({"t": base.T, "slice": base[2:], "empty": torch.empty(0, 3)}), "x", [0])
+    _plain(_round_trip({"t": base.T, "slice": base[2:], "empty": torch.empty(0, 3)}), "x",
+           tensor_bytes=[0])
 
 
 @pytest.mark.parametrize(
@@ -65,7 +66,7 @@ def test_dense_tensors_and_views_of_what_was_sent_pass():
 )
 def test_expanded_or_amplified_tensors_are_refused_before_any_work(make, problem):
     with pytest.raises(Invalid, match=problem):
-        _dense(_round_trip({"part": make()}), "the part", [0])
+        _plain(_round_trip({"part": make()}), "the part", tensor_bytes=[0])
 
 
 def test_a_frame_whose_archive_inflates_is_refused():

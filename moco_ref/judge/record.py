@@ -63,8 +63,8 @@ def _validate(style: str, name: str, data, meta, options: GradeOptions) -> None:
     _need(isinstance(meta, dict), "the record's shared entries are not a dict")
     known = JUDGED_STYLES.get(style)
     _need(known is not None, f"no style {style!r} is judged")
-    _dense(data, "the part", [0])
-    _dense(meta, "the record's shared entries", [0])
+    _plain(data, "the part", tensor_bytes=[0], types=False)
+    _plain(meta, "the record's shared entries", tensor_bytes=[0], types=False)
     known.validate(name, data, meta, options)
     _plain(data, "the part")
 
@@ -136,49 +136,41 @@ def _text_or_none(value, where: str) -> None:
     _need(value is None or isinstance(value, str), f"{where} is neither text nor None")
 
 
-def _dense(value, where: str, total: list[int], depth: int = 0) -> None:
-    """Every tensor is an ordinary strided one whose elements all lie in bytes that were sent
-    (no stride-0 expansion, no overlapping view that multiplies its storage), and all of them
-    together stay within ``MAX_PART_TENSOR_BYTES``: checked before any work is done on them."""
-    if depth > 24:
-        raise Invalid(f"{where} is nested too deep")
+def _plain(value, where: str, *, tensor_bytes: list[int] | None = None, types: bool = True,
+           depth: int = 0) -> None:
+    """One walk of a part, not nested absurdly deep. With ``types``: only plain data. With
+    ``tensor_bytes`` (a running total): every tensor an ordinary strided one whose elements
+    all lie in bytes that were sent (no stride-0 expansion, no overlapping view that
+    multiplies its storage), all of them together within ``MAX_PART_TENSOR_BYTES`` — the
+    walk done before any work is done on a part."""
+    _need(depth <= 24, f"{where} is nested too deep")
     if type(value) is torch.Tensor:
-        _need(value.layout == torch.strided and not value.is_quantized,
-              f"{where} holds a {value.layout} tensor")
-        logical = value.numel() * value.element_size()
-        stored = value.untyped_storage().nbytes()
-        _need(logical <= stored and (value.numel() <= 1 or value.is_contiguous() or all(
-            stride > 0 or size == 1 for size, stride in zip(value.shape, value.stride()))),
-            f"{where} holds a tensor of shape {list(value.shape)} that is not dense "
-            f"({logical} bytes of elements over {stored} bytes sent)")
-        total[0] += logical
-        _need(total[0] <= MAX_PART_TENSOR_BYTES,
-              f"{where} holds more than {MAX_PART_TENSOR_BYTES} bytes of tensors")
+        if tensor_bytes is not None:
+            _dense(value, where, tensor_bytes)
     elif isinstance(value, dict):
-        for item in value.values():
-            _dense(item, where, total, depth + 1)
+        for key, item in value.items():
+            _need(not types or isinstance(key, (str, int)),
+                  f"{where} has a key of type {type(key).__name__}")
+            _plain(item, where, tensor_bytes=tensor_bytes, types=types, depth=depth + 1)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _dense(item, where, total, depth + 1)
+            _plain(item, where, tensor_bytes=tensor_bytes, types=types, depth=depth + 1)
+    elif types and not (value is None or isinstance(value, (bool, int, float, str))):
+        raise Invalid(f"{where} holds a {type(value).__name__}")
 
 
-def _plain(value, where: str, depth: int = 0) -> None:
-    """Only plain data, not nested absurdly deep, no non-finite sizes."""
-    _need(depth <= 24, f"{where} is nested too deep")
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return
-    if type(value) is torch.Tensor:
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _need(isinstance(key, (str, int)), f"{where} has a key of type {type(key).__name__}")
-            _plain(item, where, depth + 1)
-        return
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            _plain(item, where, depth + 1)
-        return
-    raise Invalid(f"{where} holds a {type(value).__name__}")
+def _dense(tensor: torch.Tensor, where: str, tensor_bytes: list[int]) -> None:
+    _need(tensor.layout == torch.strided and not tensor.is_quantized,
+          f"{where} holds a {tensor.layout} tensor")
+    logical = tensor.numel() * tensor.element_size()
+    stored = tensor.untyped_storage().nbytes()
+    _need(logical <= stored and (tensor.numel() <= 1 or tensor.is_contiguous() or all(
+        stride > 0 or size == 1 for size, stride in zip(tensor.shape, tensor.stride()))),
+        f"{where} holds a tensor of shape {list(tensor.shape)} that is not dense "
+        f"({logical} bytes of elements over {stored} bytes sent)")
+    tensor_bytes[0] += logical
+    _need(tensor_bytes[0] <= MAX_PART_TENSOR_BYTES,
+          f"{where} holds more than {MAX_PART_TENSOR_BYTES} bytes of tensors")
 
 
 # --------------------------------------------------------------------------- warm-up

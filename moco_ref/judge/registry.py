@@ -43,10 +43,6 @@ class CheckSpec:
         return self.check_id
 
     @property
-    def docstring(self) -> str:
-        return self.contract
-
-    @property
     def styles(self) -> tuple[str, ...]:
         return tuple(self.implementations)
 

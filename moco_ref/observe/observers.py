@@ -32,6 +32,7 @@ from moco_ref.observe.strategies import (
     component_cases,
     default_lab_probe,
 )
+from moco_ref.observe.styles import COMPONENTS, OBSERVED_STYLES
 from moco_ref.observe.threads import one_thread
 
 OBSERVATION_FORMAT = 1
@@ -40,8 +41,6 @@ MAX_LIST = 10_000  # longest list kept when sanitizing a returned value
 
 def observe(namespace: dict, style: str, options: GradeOptions) -> dict:
     """Record what the submission (its module globals ``namespace``) does under the probe."""
-    from moco_ref.observe.styles import OBSERVED_STYLES
-
     known = OBSERVED_STYLES.get(style)
     if known is None:
         record = {"unsupported": f"style {style!r} is not observed yet"}
@@ -207,7 +206,6 @@ def _returned(result, recorder: ProbeRecorder) -> dict:
 # --------------------------------------------------------------------------- components
 
 
-COMPONENT_NAMES = ("KeyQueue", "momentum_update", "contrastive_logits", "info_nce_loss")
 
 
 def observe_components(namespace: dict, options: GradeOptions) -> dict:
@@ -218,7 +216,7 @@ def observe_components(namespace: dict, options: GradeOptions) -> dict:
     """
     record: dict = {
         "seed": int(options.seed),
-        "defined": {name: callable(namespace.get(name)) for name in COMPONENT_NAMES},
+        "defined": {name: callable(namespace.get(name)) for name in COMPONENTS.entry_points},
         "moco_warmup": _call_warmup(namespace),
     }
     runners = {

@@ -31,7 +31,7 @@ LAB = ObservedStyle(
      Part("train_moco", ("train_moco",), watches_input=True)),
     "observe_lab", records_probe_dtype=True)
 COMPONENTS = ObservedStyle(
-    "components", ("KeyQueue", "contrastive_logits", "momentum_update", "info_nce_loss"),
+    "components", ("KeyQueue", "momentum_update", "contrastive_logits", "info_nce_loss"),
     (Part("moco_warmup", ("moco_warmup",)),
      Part("queue", ("KeyQueue",)),
      Part("ema", ("momentum_update",)),
@@ -41,8 +41,6 @@ COMPONENTS = ObservedStyle(
 BUILDER = ObservedStyle("builder", ("MoCo",), (), "observe_builder")
 
 OBSERVED_STYLES: dict[str, ObservedStyle] = {s.name: s for s in (LAB, COMPONENTS, BUILDER)}
-LAB_NAMES, BUILDER_NAMES, COMPONENT_NAMES = LAB.entry_points, BUILDER.entry_points, \
-    COMPONENTS.entry_points
 
 
 def detect_style(namespace: dict) -> str:
