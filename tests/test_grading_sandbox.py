@@ -297,5 +297,32 @@ def test_altered_records_are_refused(lab_parts, edit, problem):
     assert problem in _check(lab_parts, edit)
 
 
+@pytest.mark.parametrize("where", ["record", "event", "returned", "meta"])
+def test_an_entry_the_observer_never_writes_is_refused(lab_parts, where):
+    def plant(data, meta):
+        target = {"record": data, "event": data["events"][0], "returned": data["returned"],
+                  "meta": meta}[where]
+        target["ta_override"] = "full marks"
+
+    assert "entries the observer never writes: ['ta_override']" in _check(lab_parts, plant)
+
+
+@pytest.mark.parametrize(("style", "example", "part", "plant"), [
+    ("components", "components_correct.py", "queue", lambda d: d[0].update(extra=1)),
+    ("components", "components_correct.py", "ema", lambda d: d[0].update(extra=1)),
+    ("builder", "builder_correct_official_style.py", "all",
+     lambda d: d["run"]["steps"][0]["events"][0].update(extra=1)),
+    ("builder", "builder_correct_official_style.py", "all",
+     lambda d: d["mlp"]["module"].update(extra=1)),
+])
+def test_other_styles_refuse_entries_the_observer_never_writes(style, example, part, plant):
+    options = GradeOptions(style=style)
+    payload = observe_submission(os.path.join(EXAMPLES, example), options)["parts"][part]
+    assert validate_part(style, part, payload["data"], payload["meta"], options) == ""
+    plant(payload["data"])
+    assert "entries the observer never writes: ['extra']" in validate_part(
+        style, part, payload["data"], payload["meta"], options)
+
+
 def test_a_record_for_another_seed_is_refused(lab_parts):
     assert "the record names probe" in _check(lab_parts, options=GradeOptions(seed=4))

@@ -36,6 +36,7 @@ from moco_ref.judge.invariants import (
     initial_labels,
     trace_columns,
 )
+from moco_ref.observe import record_schema as schema
 from moco_ref.observe.builder_probe import BuilderProbe
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.parts import WHOLE
@@ -87,13 +88,13 @@ class BuilderEvidence:
         self.warmup = {}
 
     @property
-    def record(self) -> dict:
+    def record(self) -> schema.BuilderRecord:
         """The whole record (a builder submission is observed in one part)."""
         return observed(self._observations.get(WHOLE, self._observations))
 
     # ----------------------------------------------------------------- runs
 
-    def require_run(self, which: str = "run") -> dict:
+    def require_run(self, which: str = "run") -> schema.BuilderRun:
         """The training record (``"run"``, or ``"mlp"`` for the ``mlp=True`` run); raises
         ``SubmissionError`` with the submission's traceback when it failed."""
         if not self.record.get("defined", False) or self.record.get("error"):
@@ -115,7 +116,7 @@ class BuilderEvidence:
         return run
 
     @property
-    def module(self) -> dict:
+    def module(self) -> schema.BuilderModule:
         return self.require_run().get("module", {})
 
     @property
@@ -164,7 +165,7 @@ class BuilderEvidence:
             raise SubmissionError("the module was built but no training step was recorded")
         return steps
 
-    def _aligned(self, event: dict, view: int, t: int, who: str) -> torch.Tensor:
+    def _aligned(self, event: schema.BuilderForward, view: int, t: int, who: str) -> torch.Tensor:
         """The event's output rows put back in the order of the step's images."""
         views, rows, output = event["views"], event["rows"], event["output"]
         batch = self.probe.batch
@@ -179,11 +180,11 @@ class BuilderEvidence:
         return aligned
 
     @staticmethod
-    def _on_view(event: dict, role: str, view: int) -> bool:
+    def _on_view(event: schema.BuilderForward, role: str, view: int) -> bool:
         views = event["views"]
         return event["role"] == role and len(views) > 0 and bool((views == view).all())
 
-    def _step(self, t: int, record: dict) -> BuilderStep:
+    def _step(self, t: int, record: schema.BuilderStep) -> BuilderStep:
         events = record["events"]
         queries = [i for i, e in enumerate(events) if self._on_view(e, "q", QUERY_VIEW)]
         keys = [i for i, e in enumerate(events) if self._on_view(e, "k", KEY_VIEW)]

@@ -36,6 +36,7 @@ from moco_ref.judge.invariants import (
     match_rows,
     queue_contents,
 )
+from moco_ref.observe import record_schema as schema
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.strategies import LabProbe, cases_fingerprint, component_cases
 
@@ -102,22 +103,22 @@ class QueueAnalysis:
 class LabEvidence:
     """Everything the ``lab`` checks judge, built from one observation record."""
 
-    def __init__(self, observations: dict, options: GradeOptions) -> None:
+    def __init__(self, observations: schema.LabRecord, options: GradeOptions) -> None:
         self.options = options
         self.record = observations
         self.probe = LabProbe.from_dict(observations.get("probe", {}))
 
     @property
-    def warmup(self) -> dict:
+    def warmup(self) -> schema.WarmupRecord | dict:
         return observed(self.record.get("moco_warmup")) or {}
 
     @property
-    def training(self) -> dict:
+    def training(self) -> schema.TrainingRecord:
         return observed(self.record.get("train_moco")) or {}
 
     # ----------------------------------------------------------------- training run
 
-    def require_run(self) -> dict:
+    def require_run(self) -> schema.TrainingRecord:
         """The training record; raises ``SubmissionError`` if ``train_moco`` failed."""
         if not self.training.get("defined", False):
             raise SubmissionError(self.training.get("error") or "train_moco is not defined")
@@ -128,7 +129,7 @@ class LabEvidence:
         return self.training
 
     @property
-    def returned(self) -> dict:
+    def returned(self) -> schema.Returned:
         return self.require_run().get("returned", {})
 
     @cached_property
@@ -167,7 +168,7 @@ class LabEvidence:
             )
         return query, key
 
-    def _params(self, event: dict, tag: int) -> torch.Tensor:
+    def _params(self, event: schema.ForwardEvent, tag: int) -> torch.Tensor:
         if tag in event["snapshot_tags"]:
             return event["params"][event["snapshot_tags"].index(tag)].to(torch.float64)
         raise SubmissionError(
@@ -219,7 +220,7 @@ class LabEvidence:
         events = self.require_run()["events"]
         calls_t = torch.tensor(calls)
 
-        def current_rows(event: dict) -> torch.Tensor:
+        def current_rows(event: schema.ForwardEvent) -> torch.Tensor:
             # rows from this batch's views, or raw images (no view call to place them by)
             return torch.isin(event["rows_call"], calls_t) | (event["rows_call"] == -1)
 

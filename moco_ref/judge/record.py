@@ -5,7 +5,8 @@ the observer, empty its lists, or write a record of its own. The judge already r
 every verdict from raw observations; this module makes sure those observations are what the
 grader's own probe produces before any of them is believed:
 
-- **structure**: every entry has the type, dtype and shape the observer writes; counts are
+- **structure**: every dict holds only the keys its ``observe.record_schema`` type names,
+  every entry has the type, dtype and shape the observer writes; counts are
   bounded and consistent (one id and one output row per input row, parameter snapshots of
   the probe model's size, clocks increasing, view calls in order);
 - **the probe**: the probe, the seed, the training ids, the initial parameters and the
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from moco_ref.observe import record_schema as schema
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.parts import INPUT_MUTATED, PROBE_DTYPE
 from moco_ref.observe.styles import COMPONENTS
@@ -132,6 +134,15 @@ def _bool(value, where: str) -> bool:
     return value
 
 
+def _entries(value, record_type: type, where: str) -> dict:
+    """``value`` is a dict whose keys are all named by ``record_type`` (record_schema)."""
+    _need(isinstance(value, dict), f"{where} is not a dict")
+    extra = set(value) - schema.keys_of(record_type)
+    _need(not extra, f"{where} has entries the observer never writes: "
+                     f"{sorted(map(str, extra))[:5]}")
+    return value
+
+
 def _text_or_none(value, where: str) -> None:
     _need(value is None or isinstance(value, str), f"{where} is neither text nor None")
 
@@ -177,10 +188,9 @@ def _dense(tensor: torch.Tensor, where: str, tensor_bytes: list[int]) -> None:
 
 
 def _warmup(data) -> None:
-    _need(isinstance(data, dict), "moco_warmup's record is not a dict")
+    _entries(data, schema.WarmupRecord, "moco_warmup's record")
     _bool(data.get("defined"), "moco_warmup.defined")
     _text_or_none(data.get("error"), "moco_warmup.error")
-    _need(set(data) <= {"defined", "error", "result"}, "moco_warmup's record has extra entries")
 
 
 # --------------------------------------------------------------------------- lab
@@ -193,6 +203,7 @@ def _expected_lab_probe(options: GradeOptions):
 
 
 def _lab_meta(meta: dict, options: GradeOptions) -> None:
+    _entries(meta, schema.LabRecord, "the record's shared entries")
     expected = _expected_lab_probe(options).to_dict()
     _need(meta.get("probe") == expected,
           f"the record names probe {meta.get('probe')}, the grader ran {expected}")
@@ -201,7 +212,7 @@ def _lab_meta(meta: dict, options: GradeOptions) -> None:
 def _training(data, options: GradeOptions) -> None:
     from moco_ref.observe.lab_probe import PROJECTION_DIM, ProbeRecorder, parameter_layout
 
-    _need(isinstance(data, dict), "train_moco's record is not a dict")
+    _entries(data, schema.TrainingRecord, "train_moco's record")
     defined = _bool(data.get("defined"), "train_moco.defined")
     _text_or_none(data.get("error"), "train_moco.error")
     if not defined:
@@ -235,7 +246,7 @@ def _training(data, options: GradeOptions) -> None:
     clock, calls = 0, 0
     for index, event in enumerate(events):
         where = f"event {index}"
-        _need(isinstance(event, dict), f"{where} is not a dict")
+        _entries(event, schema.ForwardEvent, where)
         tag = _int(event.get("instance"), f"{where}.instance", 0)
         _need(tag < instances, f"{where} names model copy {tag} of {instances}")
         now = _int(event.get("clock"), f"{where}.clock", 1)
@@ -298,7 +309,7 @@ def _sources_agree(where: str, rows_call: torch.Tensor, rows_id: torch.Tensor,
 
 
 def _returned(returned, P: int) -> None:
-    _need(isinstance(returned, dict), "train_moco's returned value is not a dict")
+    _entries(returned, schema.Returned, "train_moco's returned value")
     _need(isinstance(returned.get("type"), str), "returned.type is not text")
     length = returned.get("length")
     _need(length is None or (isinstance(length, int) and 0 <= length <= 10_000),
@@ -376,6 +387,7 @@ def _view_inputs(view_calls: list, recorder) -> dict[tuple[int, int], torch.Tens
 
 
 def _components_meta(meta: dict, options: GradeOptions) -> None:
+    _entries(meta, schema.ComponentsRecord, "the record's shared entries")
     names = {entry for part in COMPONENTS.parts for entry in part.entry_points}
     _need(meta.get("seed") == int(options.seed), "the record's seed is not the grader's")
     defined = meta.get("defined", {})
@@ -401,9 +413,10 @@ def _component_outputs(kind: str, data, options: GradeOptions) -> None:
         where = f"{kind} case {number}"
         _need(isinstance(output, dict), f"{where} is not a dict")
         if "error" in output:
-            _need(isinstance(output["error"], str) and len(output) == 1,
-                  f"{where}'s error is malformed")
+            _entries(output, schema.CaseError, where)
+            _need(isinstance(output["error"], str), f"{where}'s error is malformed")
             continue
+        _entries(output, schema.CASE_OUTPUTS[kind], where)
         if kind == "queue":
             batches = len(cases[number].batch_sizes)
             for key in ("keys", "ids", "len"):
@@ -428,7 +441,28 @@ def _component_outputs(kind: str, data, options: GradeOptions) -> None:
 
 
 def _builder(data, options: GradeOptions) -> None:
-    _need(isinstance(data, dict), "the builder record is not a dict")
+    _entries(data, schema.BuilderRecord, "the builder record")
+    for name in ("run", "mlp"):
+        run = data.get(name)
+        if run is None:
+            continue
+        _entries(run, schema.BuilderRun, f"the {name} run")
+        if "module" in run:
+            _entries(run["module"], schema.BuilderModule, f"the {name} run's module")
+        if run.get("initial") is not None:
+            _entries(run["initial"], schema.BuilderState, f"the {name} run's initial state")
+        steps = run.get("steps", [])
+        _need(isinstance(steps, list), f"the {name} run's steps are not a list")
+        for t, step in enumerate(steps):
+            where = f"the {name} run's step {t}"
+            _entries(step, schema.BuilderStep, where)
+            for state, record_type in (("before", schema.BuilderState),
+                                       ("after_forward", schema.BuilderState),
+                                       ("after_step", schema.EncoderParameters)):
+                if step.get(state) is not None:
+                    _entries(step[state], record_type, f"{where}.{state}")
+            for e, event in enumerate(step.get("events") or []):
+                _entries(event, schema.BuilderForward, f"{where}'s forward {e}")
     try:
         from moco_ref.observe.builder_probe import default_builder_probe
     except ImportError:

@@ -31,6 +31,15 @@ from torch import nn
 from moco_ref.observe.builder_env import cuda_on_cpu, one_process_group
 from moco_ref.observe.lab_probe import flat_parameters, parameter_layout
 from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.record_schema import (
+    BuilderForward,
+    BuilderModule,
+    BuilderRecord,
+    BuilderRun,
+    BuilderState,
+    BuilderStep,
+    EncoderParameters,
+)
 from moco_ref.observe.threads import one_thread
 
 IMAGE_SHAPE = (3, 8, 8)
@@ -108,7 +117,7 @@ class BuilderRecorder:
         self.probe = probe
         self.factory_calls: list[dict] = []
         self.model: nn.Module | None = None
-        self.events: list[dict] = []
+        self.events: list[BuilderForward] = []
         self._rows: dict[bytes, tuple[int, int]] = {}
         self._images = torch.empty(0)
         recorder = self
@@ -138,7 +147,7 @@ class BuilderRecorder:
                 self._rows[_row_key(image)] = (view, row)
         self._images = torch.cat([im_q, im_k]).reshape(2 * len(im_q), -1)
 
-    def end_step(self) -> list[dict]:
+    def end_step(self) -> list[BuilderForward]:
         events, self.events = self.events, []
         return events
 
@@ -189,7 +198,7 @@ def _flat(module) -> torch.Tensor | None:
     return flat_parameters(module) if isinstance(module, nn.Module) else None
 
 
-def parameters_of(model) -> dict:
+def parameters_of(model) -> EncoderParameters:
     """Both encoders' parameters ``[P]`` (None when the module has no such encoder)."""
     return {"params_q": _flat(getattr(model, "encoder_q", None)),
             "params_k": _flat(getattr(model, "encoder_k", None))}
@@ -206,7 +215,7 @@ def _buffer(model, name: str):
     return None
 
 
-def state_of(model) -> dict:
+def state_of(model) -> BuilderState:
     """Parameters of both encoders, the queue buffer and the pointer, as they are now."""
     return {**parameters_of(model), "queue": _buffer(model, "queue"),
             "queue_ptr": _buffer(model, "queue_ptr")}
@@ -229,9 +238,9 @@ def _number(value) -> float | None:
     return None
 
 
-def describe_module(model: nn.Module, recorder: BuilderRecorder) -> dict:
+def describe_module(model: nn.Module, recorder: BuilderRecorder) -> BuilderModule:
     """The module's structure: encoders, buffers, attributes, parameter layouts."""
-    info: dict = {
+    info: BuilderModule = {
         "class": type(model).__name__,
         "factory_calls": list(recorder.factory_calls),
         "buffers": [name for name, _ in model.named_buffers()],
@@ -274,10 +283,10 @@ def probe_images(probe: BuilderProbe, step: int) -> tuple[torch.Tensor, torch.Te
     return images + noise[0], images + noise[1]
 
 
-def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> dict:
+def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> BuilderRun:
     """Build ``moco_class`` with the probe's values and train it ``probe.steps`` steps."""
     recorder = BuilderRecorder(probe)
-    run: dict = {"mlp": mlp, "error": None, "stage": "construct", "steps": []}
+    run: BuilderRun = {"mlp": mlp, "error": None, "stage": "construct", "steps": []}
     torch.manual_seed(probe.seed)
     try:
         model = moco_class(recorder.base_encoder, dim=probe.dim, K=probe.K, m=probe.m, T=probe.T,
@@ -305,9 +314,10 @@ def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> dict:
     return run
 
 
-def _train_step(model, optimizer, recorder: BuilderRecorder, probe: BuilderProbe, t: int) -> dict:
+def _train_step(model, optimizer, recorder: BuilderRecorder, probe: BuilderProbe,
+                t: int) -> BuilderStep:
     im_q, im_k = probe_images(probe, t)
-    step: dict = {"before": state_of(model)}
+    step: BuilderStep = {"before": state_of(model)}
     recorder.begin_step(im_q, im_k)
     try:
         output = model(im_q, im_k)
@@ -335,11 +345,11 @@ def _train_step(model, optimizer, recorder: BuilderRecorder, probe: BuilderProbe
 
 
 def observe_builder(namespace: dict, options: GradeOptions,
-                    probe: BuilderProbe | None = None) -> dict:
+                    probe: BuilderProbe | None = None) -> BuilderRecord:
     """Build and train the submission's ``MoCo`` under the probe (plain-data record)."""
     probe = probe or default_builder_probe(options)
     moco_class = namespace.get("MoCo")
-    record: dict = {"probe": probe.to_dict(), "defined": isinstance(moco_class, type)}
+    record: BuilderRecord = {"probe": probe.to_dict(), "defined": isinstance(moco_class, type)}
     if not record["defined"]:
         record["error"] = "MoCo is not defined (a builder submission defines a class MoCo)"
         return record

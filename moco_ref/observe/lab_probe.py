@@ -19,6 +19,7 @@ import math
 import torch
 from torch import nn
 
+from moco_ref.observe.record_schema import ForwardEvent
 from moco_ref.observe.strategies import LabProbe
 
 IMAGE_SHAPE = (1, 8, 8)
@@ -90,7 +91,7 @@ class ProbeRecorder:
         self.view_calls: list[torch.Tensor] = []  # ids of each views() call
         self.instances: list[nn.Module] = []
         self._tags: dict[int, int] = {}
-        self.events: list[dict] = []
+        self.events: list[ForwardEvent] = []
         self.dropped_events = 0
         self.clock = 0
         net_class = type("ProbeNet", (ProbeNet,), {"recorder": self})
@@ -178,7 +179,7 @@ class ProbeRecorder:
         snapshot_tags = list(range(len(self.instances)))[-MAX_SNAPSHOT_INSTANCES:]
         if 0 not in snapshot_tags:
             snapshot_tags = [0, *snapshot_tags[1:]]
-        event = {
+        event: ForwardEvent = {
             "instance": tag,
             "clock": self.clock,
             "view_calls": len(self.view_calls),
@@ -202,7 +203,7 @@ class ProbeRecorder:
         if projection.requires_grad:
             projection.register_hook(self._grad_hook(event))
 
-    def _grad_hook(self, event: dict):
+    def _grad_hook(self, event: ForwardEvent):
         def hook(grad: torch.Tensor) -> None:
             grad = grad.detach().to(torch.float32).clone()
             event["grad"] = grad if event["grad"] is None else event["grad"] + grad

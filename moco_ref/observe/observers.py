@@ -26,6 +26,17 @@ from moco_ref.observe.lab_probe import (
     parameter_layout,
 )
 from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.record_schema import (
+    ComponentsRecord,
+    EmaCaseOutput,
+    LabRecord,
+    LogitsCaseOutput,
+    LossCaseOutput,
+    QueueCaseOutput,
+    Returned,
+    TrainingRecord,
+    WarmupRecord,
+)
 from moco_ref.observe.strategies import (
     LabProbe,
     cases_fingerprint,
@@ -102,7 +113,7 @@ def _describe(value) -> dict:
     return info
 
 
-def _call_warmup(namespace: dict) -> dict:
+def _call_warmup(namespace: dict) -> WarmupRecord:
     function = namespace.get("moco_warmup")
     if not callable(function):
         return {"defined": False, "error": "moco_warmup is not defined", "result": None}
@@ -117,18 +128,19 @@ def _call_warmup(namespace: dict) -> dict:
 # --------------------------------------------------------------------------- lab
 
 
-def observe_lab(namespace: dict, options: GradeOptions, probe: LabProbe | None = None) -> dict:
+def observe_lab(namespace: dict, options: GradeOptions,
+                probe: LabProbe | None = None) -> LabRecord:
     """Run ``moco_warmup()`` and ``train_moco(initial, x, train, epochs)`` under the probe
     (``default_lab_probe(options.seed)`` unless another is given, e.g. one drawn from
     ``strategies.lab_probes``); the record names the probe, so the judge needs no option."""
     probe = probe or default_lab_probe(options.seed)
     with one_thread():
-        record: dict = {"probe": probe.to_dict(), "moco_warmup": _call_warmup(namespace)}
+        record: LabRecord = {"probe": probe.to_dict(), "moco_warmup": _call_warmup(namespace)}
         record["train_moco"] = _observe_training(namespace, probe)
     return record
 
 
-def _observe_training(namespace: dict, probe) -> dict:
+def _observe_training(namespace: dict, probe) -> TrainingRecord:
     function = namespace.get("train_moco")
     if not callable(function):
         return {"defined": False, "error": "train_moco is not defined"}
@@ -136,7 +148,7 @@ def _observe_training(namespace: dict, probe) -> dict:
     for scope in _scopes(namespace, function):
         scope["views"] = recorder.views
         scope["SEED"] = int(probe.seed)
-    record: dict = {
+    record: TrainingRecord = {
         "defined": True,
         "error": None,
         "layout": parameter_layout(recorder.initial),
@@ -178,9 +190,9 @@ def _scopes(namespace: dict, function) -> list[dict]:
     return scopes
 
 
-def _returned(result, recorder: ProbeRecorder) -> dict:
+def _returned(result, recorder: ProbeRecorder) -> Returned:
     """What ``train_moco`` returned, described and converted to plain data."""
-    info: dict = {"type": type(result).__name__, "length": None, "items": []}
+    info: Returned = {"type": type(result).__name__, "length": None, "items": []}
     if not isinstance(result, (tuple, list)):
         return info
     info["length"] = len(result)
@@ -208,13 +220,13 @@ def _returned(result, recorder: ProbeRecorder) -> dict:
 
 
 
-def observe_components(namespace: dict, options: GradeOptions) -> dict:
+def observe_components(namespace: dict, options: GradeOptions) -> ComponentsRecord:
     """Run each component of the protocol on the deterministic cases of ``strategies``.
 
     Only outputs are recorded, one entry per case (``{"error": traceback}`` when the case
     raised); the judge draws the same cases and builds the same inputs itself.
     """
-    record: dict = {
+    record: ComponentsRecord = {
         "seed": int(options.seed),
         "defined": {name: callable(namespace.get(name)) for name in COMPONENTS.entry_points},
         "moco_warmup": _call_warmup(namespace),
@@ -252,7 +264,7 @@ def _read(queue, name: str):
     return value() if callable(value) else value
 
 
-def _run_queue_case(KeyQueue, case) -> dict:
+def _run_queue_case(KeyQueue, case) -> QueueCaseOutput:
     """Enqueue each batch, then scribble over the caller's tensors: a queue must have copied
     them. Record keys, ids and len after each enqueue."""
     queue = KeyQueue(case.capacity, case.dim, torch.float64)
@@ -273,7 +285,7 @@ def _grad_of(tensor: torch.Tensor):
     return tensor.grad if tensor.is_leaf or tensor.retains_grad else None
 
 
-def _run_ema_case(momentum_update, case) -> dict:
+def _run_ema_case(momentum_update, case) -> EmaCaseOutput:
     key, query = case.models()
     query_before = [p.detach().clone() for p in query.parameters()]
     momentum_update(key, query, case.m)
@@ -289,7 +301,7 @@ def _run_ema_case(momentum_update, case) -> dict:
     }
 
 
-def _run_logits_case(contrastive_logits, case) -> dict:
+def _run_logits_case(contrastive_logits, case) -> LogitsCaseOutput:
     t = case.tensors()
     logits = contrastive_logits(
         t["q"], t["k"], t["queue_keys"], t["queue_ids"], t["ids"], case.temperature
@@ -297,7 +309,7 @@ def _run_logits_case(contrastive_logits, case) -> dict:
     return {"logits": sanitize(torch.as_tensor(logits)).to(torch.float64)}
 
 
-def _run_loss_case(info_nce_loss, case) -> dict:
+def _run_loss_case(info_nce_loss, case) -> LossCaseOutput:
     t = case.tensors()
     if t["labels"] is None:
         loss = info_nce_loss(t["logits"])
