@@ -14,15 +14,28 @@ KEYS = {"uid", "gid", "cwd", "CapEff", "CapBnd", "NoNewPrivs", "Seccomp", "proce
 
 
 def test_doctor_reports_from_inside_the_sandbox(capsys):
+    """The bwrap sandbox's promises, as the submission sees them: an unprivileged user with
+    no capabilities, no_new_privs, a seccomp filter, only its own processes, no network,
+    nothing of the grader's to read or write."""
     assert main(["doctor", "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
     inside = found["inside"]
     assert KEYS <= set(inside)
-    assert {f"{verb} {place}" for verb in ("read", "write")
-            for place in ("home", "project", "host /tmp", "the submission's folder")} <= set(inside)
-    assert "/moco-ref-grade-" in inside["cwd"]  # the job's own scratch, not the grader's folder
-    assert inside["RLIMIT_CORE"] == "0" and inside["RLIMIT_FSIZE"] == str(2**30)
     assert found["isolation"] == client.isolation_description()
+    assert found["isolation"].startswith("bwrap")
+    assert (inside["uid"], inside["gid"]) == ("65534", "65534")
+    assert inside["CapEff"] == inside["CapBnd"] == "0000000000000000"
+    assert inside["NoNewPrivs"] == "1" and inside["Seccomp"] == "2"  # 2: a filter
+    assert inside["processes visible"] == "2"  # the job's init and the submission
+    assert inside["network"].startswith("no internet")
+    assert inside["cwd"] == "/tmp/work"  # the job's own scratch
+    assert inside["RLIMIT_CORE"] == "0" and inside["RLIMIT_FSIZE"] == str(2**30)
+    for place in ("home", "project", "/"):
+        assert inside[f"write {place}"].startswith("no"), place
+    for place in ("the submission's folder", "the package"):  # not in its file system at all
+        assert inside[f"read {place}"] == "no (FileNotFoundError)", place
+    assert inside["read project"] in ("yes (1 entries)", "no (FileNotFoundError)")  # a .venv
+    assert "mount_setattr" in found["seccomp refuses"]
 
 
 def test_doctor_in_processes_mode_runs_as_the_grader(monkeypatch, capsys):

@@ -67,9 +67,9 @@ def test_messy_but_correct_submission_is_graded_and_cleaned_up(tmp_path, stubbed
     # a scratch working directory, removed afterwards
     scratch = Path(lines[1].removeprefix("cwd="))
     assert scratch != Path.cwd() and not scratch.exists() and not Path("junk.txt").exists()
-    if client.zygote_for(client.child_environment()).namespaces:
-        # read-only file system: the submission cannot write where the grader reads
-        assert lines[2:] == ["Read-only file system"] and not outside.exists()
+    # processes mode (the stand-in harness): nothing stops the write; under bwrap the same
+    # write fails (test_grading_adversarial::test_nothing_appears_outside_the_scratch)
+    assert lines[2:] == [] and outside.exists()
     assert wait_for_no_leftovers() == []  # the `sleep 120` grandchild is gone
 
 

@@ -28,7 +28,7 @@ def _status():
 def _can(action, path):
     try:
         if action == "read":
-            os.listdir(path)
+            return "yes (%d entries)" % len(os.listdir(path))
         else:
             name = os.path.join(path, ".moco-ref-doctor-probe")
             with open(name, "w") as handle:
@@ -57,6 +57,7 @@ def moco_warmup():
     report = {"uid": str(os.getuid()), "gid": str(os.getgid()), "cwd": os.getcwd()}
     report.update(_status())
     report["processes visible"] = str(sum(1 for p in os.listdir("/proc") if p.isdigit()))
+    report["top of the file system"] = " ".join(sorted(os.listdir("/")))
     report["network"] = _network()
     for name in ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_CORE"):
         report[name] = _limit(name)
@@ -71,6 +72,8 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "doctor", help="what a graded submission's process can see and do here")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--isolation", choices=("bwrap", "processes"), default=None,
+                        help="the isolation to look at (default: the one grading uses)")
     parser.set_defaults(run=run)
 
 
@@ -82,8 +85,9 @@ def explain_isolation() -> dict:
 
     project = str(Path(__file__).resolve().parents[2])
     with tempfile.TemporaryDirectory(prefix="moco-ref-doctor-") as folder:
-        paths = {"home": os.path.expanduser("~"), "project": project, "host /tmp": "/tmp",
-                 "the submission's folder": folder}
+        paths = {"home": os.path.expanduser("~"), "project": project, "/tmp": "/tmp",
+                 "the submission's folder": folder, "/": "/", "the package": str(
+                     Path(__file__).resolve().parents[1])}
         probe = Path(folder) / "doctor_probe.py"
         probe.write_text(PROBE.replace("PATHS", repr(paths)))
         record = observe_sandboxed(str(probe), GradeOptions(style="lab", timeout=60))
@@ -94,7 +98,17 @@ def explain_isolation() -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moco_ref.cli.grade import _apply_isolation, isolation_refusal
+    from moco_ref.sandbox.seccomp import refused_calls
+
+    _apply_isolation(args)
+    refusal = isolation_refusal()
+    if refusal:
+        print(json.dumps({"isolation": None, "problem": refusal}) if args.json else
+              f"moco-ref: {refusal}")
+        return 1
     found = explain_isolation()
+    found["seccomp refuses"] = refused_calls()
     if args.json:
         print(json.dumps(found, indent=2))
         return 0 if found["inside"] else 1
@@ -105,4 +119,8 @@ def run(args: argparse.Namespace) -> int:
     width = max(len(key) for key in found["inside"])
     for key, value in found["inside"].items():
         print(f"  {key:<{width}}  {value}")
+    if found["isolation"].startswith("bwrap"):
+        print("  (/tmp inside is the job's own scratch; home and project are the empty folders "
+              "above the bound Python installation)")
+        print(f"seccomp refuses: {', '.join(found['seccomp refuses'])}")
     return 0

@@ -122,10 +122,12 @@ def _add_run_options(parser) -> None:
     )
     running.add_argument(
         "--isolation",
-        choices=("auto", "namespaces", "processes"),
+        choices=("bwrap", "processes"),
         default=None,
-        help="auto (default): Linux namespaces where available (no network, read-only file "
-        "system, a PID namespace), else processes only; namespaces: require them",
+        help="bwrap (default): each submission in a bubblewrap sandbox (its own namespaces, "
+        "uid 65534 without capabilities, seccomp, nothing to read but its own files); "
+        "grading is refused where it cannot run. processes: FOR TRUSTED CODE ONLY (the "
+        "submission runs as you, with your files)",
     )
     running.add_argument(
         "--execute-all-cells",
@@ -159,6 +161,21 @@ def _apply_isolation(args: argparse.Namespace) -> None:
         from moco_ref.sandbox.client import ISOLATION_VARIABLE
 
         os.environ[ISOLATION_VARIABLE] = args.isolation
+
+
+def isolation_refusal() -> str:
+    """"" when the isolation in force can run here (its warm process is started), else the
+    one line that says why grading is refused."""
+    from moco_ref.sandbox.client import IsolationUnavailable, current_zygote
+
+    try:
+        current_zygote()
+    except IsolationUnavailable as exc:
+        return (f"the sandbox cannot run here: {exc}. Untrusted code is not graded without it; "
+                "for code you trust, add --isolation processes")
+    except ValueError as exc:  # a bad MOCO_REF_ISOLATION
+        return str(exc)
+    return ""
 
 
 def _usage_error(message: str) -> int:
@@ -195,6 +212,9 @@ def run_grade(args: argparse.Namespace) -> int:
     if unknown:
         return _usage_error(f"--check {' '.join(unknown)} names no check id or family "
                             "(`moco-ref checks` lists them)")
+    refusal = isolation_refusal()
+    if refusal:
+        return _usage_error(refusal)
     if _is_batch(args):
         return _run_batch(args, options, minimum)
     try:
@@ -363,6 +383,9 @@ def run_demo_command(args: argparse.Namespace) -> int:
     except DemoError as exc:
         return _usage_error(str(exc))
     options = _options_from(args)
+    refusal = isolation_refusal()
+    if refusal:
+        return _usage_error(refusal)
     if not args.json:
         print(f"grading {len(examples)} example submissions from {manifest} "
               f"({args.jobs} at a time)", file=sys.stderr, flush=True)

@@ -5,11 +5,15 @@ it left behind (an ``Attempt``)."""
 from __future__ import annotations
 
 import ast
+import fcntl
+import math
 import os
 import queue
 import secrets
 import shutil
 import signal
+import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -31,9 +35,10 @@ from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.styles import OBSERVED_STYLES
 from moco_ref.sandbox import procs
 from moco_ref.sandbox.capture import StreamDrain
-from moco_ref.sandbox.client import JobHandle, Zygote, isolation_mode
+from moco_ref.sandbox.client import JobHandle, Zygote
 
 STOP_GRACE_SECONDS = 5.0
+SANDBOX_SCRATCH = "/tmp"  # jobspace.SCRATCH: the job's own tmpfs, inside the sandbox
 _AST_LOCK = threading.Lock()
 MAX_HELPER_BYTES = 4 * 2**20  # a helper module beside the submission larger than this stays
 # what makes a file a submission of its own (a module defining only moco_warmup is a helper)
@@ -55,6 +60,40 @@ def copy_submission(target: str, folder: Path) -> str:
             continue
         shutil.copy2(sibling, folder / sibling.name)
     return str(folder / source.name)
+
+
+def copy_module(name: str, folder: Path) -> None:
+    """The top-level package (or module) of the dotted ``name``, found where the grader would
+    import it from (its working folder first, then ``sys.path``) without importing it,
+    copied into ``folder``. Nothing is copied when it is not found: loading it then fails
+    inside the sandbox, with Python's own message."""
+    folder.mkdir(parents=True, exist_ok=True)
+    top = name.split(".", 1)[0]
+    for root in [os.getcwd(), *(entry for entry in sys.path if entry)]:
+        package, module = Path(root) / top, Path(root) / f"{top}.py"
+        if package.is_dir():
+            shutil.copytree(package, folder / top, ignore=shutil.ignore_patterns(
+                "__pycache__", "*.pyc", ".*"), symlinks=False)
+            return
+        if module.is_file():
+            shutil.copy2(module, folder / module.name)
+            return
+
+
+def _bundle(folder: Path) -> int:
+    """A read end holding ``folder`` as a tar stream (a sealed memory file: no path leads to
+    it, and the job cannot change what it reads)."""
+    fd = os.memfd_create("moco-ref-submission", os.MFD_CLOEXEC | getattr(
+        os, "MFD_ALLOW_SEALING", 2))
+    with os.fdopen(os.dup(fd), "wb") as handle:
+        with tarfile.open(fileobj=handle, mode="w|") as archive:
+            archive.add(folder, arcname=".", recursive=True)
+    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        fcntl.fcntl(fd, 1033, 0x1 | 0x2 | 0x4 | 0x8)  # F_ADD_SEALS: seal, shrink, grow, write
+    except OSError:
+        pass
+    return fd
 
 
 def _defines_entry_points(path: Path) -> bool:
@@ -108,12 +147,8 @@ class Attempt:
 
 
 def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: float,
-             only_parts: list[str] | None) -> Attempt:
-    mode = isolation_mode()
-    use_namespaces = mode != "processes" and bool(zygote.namespaces)
-    if mode == "namespaces" and not zygote.namespaces:
-        raise RuntimeError("namespaces were required (MOCO_REF_ISOLATION=namespaces) but are "
-                           f"not available here: {zygote.hello.get('isolation_error')}")
+                only_parts: list[str] | None) -> Attempt:
+    sandboxed = zygote.sandboxed
     attempt = Attempt(asked=only_parts)
     token, nonce = secrets.token_hex(16), new_nonce()
     events: queue.Queue = queue.Queue()
@@ -121,10 +156,23 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
                                      ignore_cleanup_errors=True) as scratch:
         workdir = Path(scratch) / "work"
         workdir.mkdir()
+        copy = Path(scratch) / "submission"
+        import_root = os.getcwd()
         if not is_module_target(target):
             attempt.original_folder = str(Path(target).resolve().parent)
-            attempt.copy_folder = os.path.realpath(Path(scratch) / "submission")
-            target = copy_submission(target, Path(attempt.copy_folder))
+            target = copy_submission(target, copy)
+        elif sandboxed:  # the module (its top-level package) is sent, not the folder
+            copy_module(target, copy)
+        if sandboxed:  # the job sees its own scratch only; the files arrive as a tar stream
+            inside = f"{SANDBOX_SCRATCH}/submission"
+            if not is_module_target(target):
+                target = f"{inside}/{Path(target).name}"
+            import_root = inside
+            attempt.copy_folder = inside if attempt.original_folder else ""
+            bundle = _bundle(copy)
+        else:
+            attempt.copy_folder = os.path.realpath(copy) if attempt.original_folder else ""
+            bundle = None
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         channel_r, channel_w = os.pipe()
@@ -137,23 +185,25 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
             "nonce": nonce.hex(),
             "target": target,
             "options": options.to_dict(),
-            "import_root": os.getcwd(),
-            "scratch": os.path.realpath(scratch),
+            "import_root": import_root,
+            "scratch": SANDBOX_SCRATCH if sandboxed else os.path.realpath(scratch),
             "memory_mb": options.memory_mb,
-            "namespaces": use_namespaces,
+            "cpu_seconds": max(1, math.ceil(options.timeout)) if options.timeout else None,
+            "sandboxed": sandboxed,
             "parts": only_parts,
         }
+        fds = [out_w, err_w, channel_w] + ([bundle] if bundle is not None else [])
         handle = None
         try:
-            handle = zygote.spawn(request, [out_w, err_w, channel_w], events)
+            handle = zygote.spawn(request, fds, events)
         except Exception as exc:  # noqa: BLE001
             attempt.internal_error = f"{type(exc).__name__}: {exc}"
         finally:
-            for fd in (out_w, err_w, channel_w):
+            for fd in fds:
                 os.close(fd)
         if handle is not None:
             _follow(attempt, handle, events, options, deadline)
-            _stop(handle, token)
+            _stop(zygote, handle, token)
         if not reader.join(STOP_GRACE_SECONDS).closed:
             reader.stop()  # an escaped process holds the pipe: stop listening
             reader.join(1.0)
@@ -224,10 +274,17 @@ def _follow(attempt: Attempt, handle: JobHandle, events: queue.Queue, options: G
             attempt.supervisor_status = handle.status
 
 
-def _stop(handle: JobHandle, token: str) -> None:
+def _stop(zygote: Zygote, handle: JobHandle, token: str) -> None:
     """End the job: ask the supervisor (it kills the job's processes), then make sure."""
     pid = handle.pid
     if pid is None:
+        return
+    if zygote.sandboxed:  # the sandbox's pids: only the zygote can name them
+        if not handle.exited.is_set():
+            zygote.signal(handle, signal.SIGTERM)
+            if not handle.exited.wait(STOP_GRACE_SECONDS):
+                zygote.signal(handle, signal.SIGKILL)
+                handle.exited.wait(STOP_GRACE_SECONDS)
         return
     if not handle.exited.is_set():
         try:
@@ -246,4 +303,3 @@ def _stop(handle: JobHandle, token: str) -> None:
                                   token=token),
         deadline_seconds=5.0,
     )
-

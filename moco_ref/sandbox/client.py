@@ -1,8 +1,16 @@
 """The grader's end of the warm ``zygote``: start one per environment, spawn jobs in it,
 and hear when they start and end.
 
-How a job is isolated (namespaces, or process sweeps where the kernel refuses them) is
-decided here, from ``MOCO_REF_ISOLATION`` and what the zygote found it could do.
+Isolation (``MOCO_REF_ISOLATION``, or ``moco-ref grade --isolation``):
+
+- ``bwrap`` (the default): the zygote lives in a bubblewrap sandbox (``bwrap``) that holds
+  the Python installation and the observing side of moco_ref only; each job gets namespaces
+  of its own (``jobspace``) and its process is confined before the submission loads
+  (``confine``). When that cannot be had here, grading is refused
+  (``IsolationUnavailable``), never silently weakened;
+- ``processes``: for trusted code only — the submission runs as the grader's user, with the
+  grader's file system; a supervisor and ``/proc`` sweeps (``procs``) still stop everything
+  it starts.
 """
 
 from __future__ import annotations
@@ -23,31 +31,45 @@ import threading
 from pathlib import Path
 
 import moco_ref
-from moco_ref.sandbox import procs
+from moco_ref.sandbox import bwrap, procs
 from moco_ref.sandbox.capture import StreamDrain
 
 _PACKAGE_ROOT = str(Path(moco_ref.__file__).resolve().parent.parent)
-ISOLATION_VARIABLE = "MOCO_REF_ISOLATION"  # auto (default) | namespaces | processes
-ISOLATION_MODES = ("auto", "namespaces", "processes")
+ISOLATION_VARIABLE = "MOCO_REF_ISOLATION"  # bwrap (default) | processes
+ISOLATION_MODES = ("bwrap", "processes")
+PROCESSES_ONLY = ("processes: for trusted code only (the submission runs as the grader's "
+                  "user and can read and write what it can)")
 ZYGOTE_START_SECONDS = 300.0  # importing torch on a busy machine can take a while
 
 
+class IsolationUnavailable(RuntimeError):
+    """The sandbox cannot run here; the message says why, in one line."""
+
+
 def isolation_mode() -> str:
-    mode = os.environ.get(ISOLATION_VARIABLE, "auto").strip().lower() or "auto"
+    mode = os.environ.get(ISOLATION_VARIABLE, "bwrap").strip().lower() or "bwrap"
     if mode not in ISOLATION_MODES:
         raise ValueError(f"{ISOLATION_VARIABLE}={mode!r}: expected one of {ISOLATION_MODES}")
     return mode
 
 
+def sandboxed() -> bool:
+    return isolation_mode() == "bwrap"
+
+
+def current_zygote(*, reference: bool = False) -> Zygote:
+    """The zygote for the isolation in force; ``IsolationUnavailable`` when the sandbox
+    cannot run here. ``reference``: the submission may import the reference
+    (``--allow-reference-import``), so a sandbox whose view holds it."""
+    return zygote_for(child_environment(), sandboxed=sandboxed(),
+                      reference=reference and sandboxed())
+
+
 def isolation_description() -> str:
-    """How submissions are isolated here: ``namespaces`` (or ``processes``, and why)."""
-    mode = isolation_mode()
-    if mode == "processes":
-        return "processes (namespaces turned off)"
-    zygote = zygote_for(child_environment())
-    if zygote.namespaces:
-        return zygote.namespaces
-    return f"processes (namespaces unavailable: {zygote.hello.get('isolation_error')})"
+    """The isolation in force here, in words (raises ``IsolationUnavailable``)."""
+    if not sandboxed():
+        return PROCESSES_ONLY
+    return current_zygote().namespaces
 
 
 class JobHandle:
@@ -64,12 +86,24 @@ class JobHandle:
 class Zygote:
     """The grader's end of one zygote process (see ``zygote``)."""
 
-    def __init__(self, env: dict) -> None:
+    def __init__(self, env: dict, *, sandboxed: bool = False, reference: bool = False) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._scratch = tempfile.mkdtemp(prefix="moco-ref-zygote-")
+        self.sandboxed = sandboxed
+        argv = [sys.executable, "-m", "moco_ref.sandbox.zygote", "--fd", str(theirs.fileno())]
+        try:
+            if sandboxed:
+                argv = bwrap.command(theirs.fileno(), os.path.join(self._scratch, "etc"),
+                                     hidden=_grader_paths(), reference=reference)
+                argv.append("--sandboxed")
+        except FileNotFoundError as exc:
+            theirs.close()
+            ours.close()
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            raise IsolationUnavailable(str(exc)) from None
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "moco_ref.sandbox.zygote", "--fd", str(theirs.fileno())],
+                argv,
                 pass_fds=(theirs.fileno(),),
                 cwd=self._scratch,  # nothing importable from where the grader runs
                 env=env,
@@ -101,8 +135,16 @@ class Zygote:
         if not data:
             self.close()
             tail = self._stderr.finish(timeout=1.0).strip()[-4000:]
+            if self.sandboxed:
+                last = tail.splitlines()[-1] if tail else "it exited without a word"
+                raise IsolationUnavailable(f"bwrap cannot run here ({last})")
             raise RuntimeError(f"the grading zygote did not start:\n{tail}")
-        return json.loads(data)
+        hello = json.loads(data)
+        if self.sandboxed and not hello.get("isolation"):
+            self.close()
+            raise IsolationUnavailable("a job cannot be confined inside bwrap here ("
+                                       f"{hello.get('isolation_error')})")
+        return hello
 
     @property
     def namespaces(self) -> str:
@@ -122,6 +164,17 @@ class Zygote:
             raise RuntimeError("the grading zygote did not start the job"
                                + (" (it died)" if handle.zygote_died else ""))
         return handle
+
+    def signal(self, handle: JobHandle, number: int) -> None:
+        """Signal the job's supervisor through the zygote (a sandboxed job's pids are the
+        sandbox's, not the grader's)."""
+        from moco_ref.sandbox.zygote import send
+
+        try:
+            with self._send_lock:
+                send(self.sock, {"op": "signal", "job": handle.job, "signal": int(number)})
+        except OSError:
+            pass
 
     def _dispatch(self) -> None:
         while True:
@@ -184,9 +237,10 @@ _ZYGOTES_LOCK = threading.Lock()
 MAX_ZYGOTES = 3  # e.g. the real harness, a test stand-in, a pytester run
 
 
-def zygote_for(env: dict) -> Zygote:
-    """The live zygote started with ``env`` (one is started if needed)."""
-    key = tuple(sorted(env.items()))
+def zygote_for(env: dict, *, sandboxed: bool = False, reference: bool = False) -> Zygote:
+    """The live zygote started with ``env`` (one is started if needed), inside the bwrap
+    sandbox when ``sandboxed`` (with the reference in its view when ``reference``)."""
+    key = (sandboxed, reference, *sorted(env.items()))
     with _ZYGOTES_LOCK:
         zygote = _ZYGOTES.pop(key, None)
         if zygote is not None and (not zygote.alive or zygote.process.poll() is not None):
@@ -195,7 +249,7 @@ def zygote_for(env: dict) -> Zygote:
         if zygote is None:
             while len(_ZYGOTES) >= MAX_ZYGOTES:  # the least recently used goes
                 _ZYGOTES.pop(next(iter(_ZYGOTES))).close()
-            zygote = Zygote(env)
+            zygote = Zygote(env, sandboxed=sandboxed, reference=reference)
         _ZYGOTES[key] = zygote  # most recently used last
         return zygote
 
@@ -215,6 +269,13 @@ atexit.register(shutdown_zygotes)
 # Not given to submissions: the grader's own settings, and what changes from test to test
 # (it would start a new zygote each time).
 _NOT_PASSED_ON = (procs.TOKEN_VARIABLE, ISOLATION_VARIABLE, "PYTEST_CURRENT_TEST")
+
+
+def _grader_paths() -> tuple[str, ...]:
+    """Folders of the grader's that must never be visible inside the sandbox, even when a
+    bound folder holds them: where it runs, the home folder, the project checkout."""
+    return tuple(path for path in (os.getcwd(), os.path.expanduser("~"), _PACKAGE_ROOT)
+                 if path and path != "/")
 
 
 def child_environment() -> dict:

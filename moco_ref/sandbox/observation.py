@@ -45,7 +45,7 @@ from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.parts import part_names
 from moco_ref.observe.styles import OBSERVED_STYLES
 from moco_ref.sandbox.attempt import Attempt, run_attempt
-from moco_ref.sandbox.client import child_environment, zygote_for
+from moco_ref.sandbox.client import current_zygote
 
 MIN_RETRY_SECONDS = 3.0  # observing the remaining parts anew needs at least this much time
 
@@ -70,7 +70,7 @@ class SandboxRun:
 
 
 def observe_in_sandbox(target: str, options: GradeOptions) -> SandboxRun:
-    zygote = zygote_for(child_environment())
+    zygote = current_zygote(reference=options.allow_reference_import)
     deadline = time.monotonic() + options.timeout  # the zygote's start-up is not the job's
     attempts: list[Attempt] = []
     stage: dict | None = None

@@ -49,7 +49,14 @@ REQUIRED_PRELOAD = ("torch", "torch.nn", "torch.optim", "torch._dynamo", "moco_r
 OPTIONAL_PRELOAD = ("numpy", "nbformat", "hypothesis", "matplotlib.pyplot", "torchvision")
 MAX_MESSAGE = 1 << 16
 CHANNEL_FD = 3  # where the worker finds its observation channel
+BUNDLE_FD = 4  # where a sandboxed job's worker finds its submission (a tar stream)
 MAX_FILE_BYTES = 2**30
+SCRATCH_MB = 1024  # the job's tmpfs
+WATCH_SECONDS = 0.05  # how often the job's memory and CPU are added up
+MAX_PROCESSES = 256  # threads and processes of the job's user (one user namespace per job)
+SANDBOXED = ("bwrap: user, PID, network, IPC, UTS and mount namespaces; uid 65534 with no "
+             "capabilities; no_new_privs; seccomp filter; read-only file system but a "
+             "private scratch")
 
 
 # --------------------------------------------------------------------------- messages
@@ -94,15 +101,13 @@ def _threads() -> int:
         return 1
 
 
-def serve(control_fd: int) -> int:
+def serve(control_fd: int, sandboxed: bool = False) -> int:
     sock = socket.socket(fileno=control_fd)
     # Nothing from the folder the grader runs in is importable by a submission.
     sys.path[:] = [entry for entry in sys.path if entry not in ("", os.getcwd())]
     started = time.monotonic()
     preload = _preload()
-    from moco_ref.sandbox import namespaces
-
-    isolation, isolation_error = namespaces.probe()
+    isolation, isolation_error = _probe_isolation(sandboxed)
     subreaper = procs.prctl(procs.PR_SET_CHILD_SUBREAPER, 1)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -129,6 +134,8 @@ def serve(control_fd: int) -> int:
                     pid = _spawn(sock, request, fds, wake_r, wake_w)
                     jobs[pid] = request["job"]
                     send(sock, {"event": "started", "job": request["job"], "pid": pid})
+                elif request.get("op") == "signal":  # pids here mean nothing to the grader
+                    _signal_job(jobs, str(request.get("job")), int(request.get("signal", 0)))
                 for fd in fds:
                     os.close(fd)
             if wake_r in ready:
@@ -151,6 +158,21 @@ def serve(control_fd: int) -> int:
         procs.kill_until_gone(lambda: procs.descendants([os.getpid()]), deadline_seconds=5)
         procs.reap_children()
     return 0
+
+
+def _signal_job(jobs: dict[int, str], job: str, number: int) -> None:
+    """SIGTERM asks a job's supervisor to end the job; SIGKILL ends the supervisor and its
+    process group (the job's init then dies with it, and with init the job's namespace)."""
+    if number not in (signal.SIGTERM, signal.SIGKILL):
+        return
+    for pid, name in list(jobs.items()):
+        if name == job:
+            kills = (os.killpg, os.kill) if number == signal.SIGKILL else (os.kill,)
+            for kill in kills:
+                try:
+                    kill(pid, number)
+                except OSError:
+                    pass
 
 
 def _reap(jobs: dict[int, str]) -> list[tuple[int, str, int]]:
@@ -209,25 +231,22 @@ def _spawn(sock, request: dict, fds: list[int], wake_r: int, wake_w: int) -> int
 # --------------------------------------------------------------------------- the supervisor
 
 
-class _Stop(Exception):
-    pass
-
-
-def _on_term(*_) -> None:
-    raise _Stop
-
-
 def _install_fds(fds: list[int]) -> None:
     """stdin from /dev/null, stdout/stderr to the job's pipes, the channel at CHANNEL_FD,
     every other descriptor closed."""
-    stdout_w, stderr_w, channel_w = fds
+    stdout_w, stderr_w, channel_w, *bundle = fds
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(stdout_w, 1)
     os.dup2(stderr_w, 2)
     os.dup2(channel_w, CHANNEL_FD)
     os.set_inheritable(CHANNEL_FD, False)  # programs the submission execs do not get it
-    os.closerange(CHANNEL_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    last = CHANNEL_FD
+    if bundle:
+        os.dup2(bundle[0], BUNDLE_FD)
+        os.set_inheritable(BUNDLE_FD, False)
+        last = BUNDLE_FD
+    os.closerange(last + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
 def _supervise(request: dict, fds: list[int]) -> int:
@@ -237,25 +256,32 @@ def _supervise(request: dict, fds: list[int]) -> int:
     _install_fds(fds)
     writer = FrameWriter(CHANNEL_FD, bytes.fromhex(request["nonce"]))
     isolation, note = "processes", ""
-    if request.get("namespaces"):
-        from moco_ref.sandbox import namespaces
+    if request.get("sandboxed"):
+        from moco_ref.sandbox import jobspace
 
         try:
-            isolation = namespaces.enter(writable=(request["scratch"],))
-        except OSError as exc:
-            note = f"namespaces unavailable ({exc}); isolated by processes only"
+            jobspace.enter(scratch_mb=SCRATCH_MB)
+        except OSError as exc:  # the grader refuses a job without it: say why
+            writer.send(EXIT, {"status": None, "isolation": "", "note": f"the job's "
+                               f"namespaces could not be made ({exc})", "stopped": False,
+                               "swept": 0})
+            return 0
+        isolation = SANDBOXED
     procs.prctl(procs.PR_SET_CHILD_SUBREAPER, 1)
-    signal.signal(signal.SIGTERM, _on_term)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # delivered in the wait below
+    for number in (signal.SIGTERM, signal.SIGCHLD):  # handled, not ignored: so that the
+        signal.signal(number, lambda *_: None)  # sigtimedwait below sees them
+    waited = {signal.SIGTERM, signal.SIGCHLD}
+    signal.pthread_sigmask(signal.SIG_BLOCK, waited)  # taken in the wait below
     alive_r, alive_w = os.pipe()  # init learns of the supervisor's death from its end
     status_r, status_w = os.pipe()  # init hands the worker's wait status back
-    in_namespace = isolation.startswith("namespaces")
+    in_namespace = isolation == SANDBOXED
     child = os.fork()
     if child == 0:
         os.close(alive_w)
         os.close(status_r)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, waited)
         if in_namespace:
             _namespace_init(request, alive_r, status_w)
         else:
@@ -265,15 +291,22 @@ def _supervise(request: dict, fds: list[int]) -> int:
         os._exit(70)  # not reached
     os.close(alive_r)
     os.close(status_w)
-    status, stopped = None, False
-    try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-        _, raw = os.waitpid(child, 0)
-        status = raw if not in_namespace else None
-    except _Stop:
-        stopped = True
+    status, stopped, raw = None, False, None
+    watch = JobWatch(os.getpid(), request.get("memory_mb"), request.get("cpu_seconds"))
+    while raw is None and not watch.exceeded:
+        taken = signal.sigtimedwait(waited, WATCH_SECONDS)
+        if taken is not None and taken.si_signo == signal.SIGTERM:
+            stopped = True
+            break
+        done, wait_status = os.waitpid(child, os.WNOHANG)
+        if done:
+            raw = wait_status
+        else:
+            watch.check()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if in_namespace and not stopped:
+    if raw is not None and not in_namespace:
+        status = raw
+    if in_namespace and raw is not None:
         reported = os.read(status_r, 16)
         status = int(reported) if reported.strip() else None
     me = os.getpid()
@@ -284,10 +317,56 @@ def _supervise(request: dict, fds: list[int]) -> int:
     procs.reap_children()
     try:
         writer.send(EXIT, {"status": status, "isolation": isolation, "note": note,
-                           "stopped": stopped, "swept": swept})
+                           "stopped": stopped, "swept": swept, "limit": watch.exceeded,
+                           "peak_rss_mb": round(watch.peak_rss / 2**20, 1),
+                           "cpu_seconds": round(watch.cpu, 2)})
     except OSError:
         pass
     return 0
+
+
+class JobWatch:
+    """The job's limits across all its processes: their resident memory together, and the
+    CPU time they have used (their own and their reaped children's). ``check`` is called
+    every ``WATCH_SECONDS``; when a limit is passed the job is over (``exceeded`` says why).
+    Per-process rlimits (address space, CPU) stand behind it between two checks."""
+
+    def __init__(self, supervisor: int, memory_mb: int | None, cpu_seconds: float | None):
+        self.supervisor = supervisor
+        self.memory = int(memory_mb) * 2**20 if memory_mb else None
+        self.cpu_limit = float(cpu_seconds) if cpu_seconds else None
+        self.exceeded = ""
+        self.peak_rss = 0
+        self.cpu = 0.0
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self._page = os.sysconf("SC_PAGE_SIZE")
+
+    def _usage(self, pid: int) -> tuple[int, float]:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as handle:
+                rss = int(handle.read().split()[1]) * self._page
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            cpu = sum(int(value) for value in fields[11:15]) / self._tick  # u, s, cu, cs
+        except (OSError, IndexError, ValueError):
+            return 0, 0.0
+        return rss, cpu
+
+    def check(self) -> None:
+        members = procs.descendants([self.supervisor])
+        rss, cpu = 0, 0.0
+        for pid in members:
+            used, seconds = self._usage(pid)
+            rss, cpu = rss + used, cpu + seconds
+        self.peak_rss = max(self.peak_rss, rss)
+        self.cpu = max(self.cpu, cpu)
+        if self.memory and rss > self.memory:
+            self.exceeded = (f"memory: the job's {len(members)} processes held "
+                             f"{rss / 2**20:.0f} MB together, over its limit of "
+                             f"{self.memory / 2**20:.0f} MB")
+        elif self.cpu_limit and cpu > self.cpu_limit:
+            self.exceeded = (f"CPU time: the job's processes used {cpu:.1f} s of CPU, over "
+                             f"its limit of {self.cpu_limit:.0f} s")
 
 
 def _namespace_init(request: dict, alive_r: int, status_w: int) -> None:
@@ -297,6 +376,9 @@ def _namespace_init(request: dict, alive_r: int, status_w: int) -> None:
     ready, _, _ = select.select([alive_r], [], [], 0)
     if ready:  # the supervisor died before the death signal was armed
         os._exit(70)
+    from moco_ref.sandbox import jobspace
+
+    jobspace.fresh_proc()
     worker = os.fork()
     if worker == 0:
         os.close(alive_r)
@@ -322,9 +404,19 @@ def _worker(request: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
     os.environ[procs.TOKEN_VARIABLE] = request["token"]
-    scratch = request["scratch"]  # the only writable folder when in namespaces
+    scratch = request["scratch"]  # the only writable folder when sandboxed
     temporary = os.path.join(scratch, "tmp")
     os.makedirs(temporary, exist_ok=True)
+    os.makedirs(os.path.join(scratch, "work"), exist_ok=True)
+    if request.get("sandboxed"):
+        _unpack(BUNDLE_FD, os.path.join(scratch, "submission"))
+        resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+        cpu = request.get("cpu_seconds")
+        if cpu:
+            resource.setrlimit(resource.RLIMIT_CPU, (int(cpu), int(cpu) + 5))
+        from moco_ref.sandbox import confine
+
+        confine.confine()  # uid 65534, no capabilities, no_new_privs, the seccomp filter
     os.environ["TMPDIR"] = temporary
     import tempfile
 
@@ -335,11 +427,60 @@ def _worker(request: dict) -> None:
     run_job(request, CHANNEL_FD)
 
 
+def _unpack(fd: int, folder: str) -> None:
+    """The submission's files, sent by the grader as a tar archive on ``fd``."""
+    import tarfile
+
+    os.makedirs(folder, exist_ok=True)
+    with os.fdopen(fd, "rb") as handle, tarfile.open(fileobj=handle, mode="r|") as archive:
+        archive.extractall(folder, filter="data")
+
+
+def _probe_isolation(sandboxed: bool) -> tuple[str, str]:
+    """``(SANDBOXED, "")`` when a job's namespaces and confinement work here, tried in a
+    throwaway job; ``("", reason)`` when they do not; ``("processes", "")`` outside bwrap."""
+    if not sandboxed:
+        return "processes", ""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(read_end)
+        message = "no:the probe job died"
+        try:
+            from moco_ref.sandbox import confine, jobspace
+
+            jobspace.enter(scratch_mb=16)
+            child = os.fork()
+            if child == 0:
+                try:
+                    jobspace.fresh_proc()
+                    confine.confine()
+                    os.write(write_end, b"ok:")
+                except BaseException as exc:  # noqa: BLE001
+                    os.write(write_end, f"no:{type(exc).__name__}: {exc}".encode()[:500])
+                os._exit(0)
+            os.waitpid(child, 0)
+            os._exit(0)
+        except BaseException as exc:  # noqa: BLE001
+            message = f"no:{type(exc).__name__}: {exc}"
+        os.write(write_end, message.encode()[:500])
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as handle:
+        message = handle.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    if message.startswith("ok:"):
+        return SANDBOXED, ""
+    return "", message.split(":", 1)[-1] or "the probe job died"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m moco_ref.sandbox.zygote")
     parser.add_argument("--fd", type=int, required=True, help="the control socket")
+    parser.add_argument("--sandboxed", action="store_true",
+                        help="running inside the bwrap sandbox: jobs get their own namespaces")
     args = parser.parse_args(argv)
-    return serve(args.fd)
+    return serve(args.fd, args.sandboxed)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,13 @@ def _swap_in(patch: pytest.MonkeyPatch) -> None:
     patch.setattr("moco_ref.grade.judge", stub_harness.judge)
     existing = os.environ.get("PYTHONPATH", "")
     patch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(STUBS_DIR), existing) if p))
+    # the stand-in reaches the submission's process through PYTHONPATH, which the bwrap
+    # sandbox clears (and whose folder it does not hold): the runner's logic is tested with
+    # processes; the sandbox itself with the real harness (test_grading_adversarial,
+    # test_doctor)
+    from moco_ref.sandbox.client import ISOLATION_VARIABLE
+
+    patch.setenv(ISOLATION_VARIABLE, "processes")
 
 
 @pytest.fixture

@@ -1,0 +1,149 @@
+"""A seccomp filter for a graded submission's process, built here as a classic BPF program
+(no libseccomp needed) and installed with ``prctl(PR_SET_SECCOMP)`` after
+``no_new_privs``. It is inherited by every thread and child and cannot be removed.
+
+The filter is a deny list of calls no grading ever needs, each refused with ``EPERM``:
+
+- other processes' memory and execution: ``ptrace``, ``process_vm_readv``/``writev``,
+  ``kcmp``, ``pidfd_getfd``;
+- the file system's shape: ``mount``, ``umount2``, ``pivot_root``, ``chroot``, the new mount
+  API (``open_tree``, ``move_mount``, ``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``,
+  ``mount_setattr``), ``name_to_handle_at``/``open_by_handle_at``;
+- new namespaces: ``unshare``, ``setns``, and ``clone`` with any ``CLONE_NEW*`` flag;
+  ``clone3`` answers ``ENOSYS`` (its flags sit in memory a filter cannot read; libc then
+  falls back to ``clone``, which the filter can judge);
+- kernel attack surface: ``keyctl``, ``add_key``, ``request_key``, ``bpf``,
+  ``perf_event_open``, ``userfaultfd``, ``io_uring_setup``/``enter``/``register``;
+- the machine: ``kexec_load``, ``kexec_file_load``, ``init_module``, ``finit_module``,
+  ``delete_module``, ``reboot``, ``swapon``, ``swapoff``, ``acct``, ``syslog``,
+  ``settimeofday``, ``clock_settime``, ``clock_adjtime``, ``adjtimex``, ``quotactl``;
+- ``personality`` (e.g. turning address-space randomisation off) and ``ioctl(TIOCSTI)``
+  (typing into a terminal).
+
+Calls from another ABI (x32, i386 on x86-64) kill the process: the numbers above would not
+mean the same calls. Only x86-64 has a table here; elsewhere ``available()`` says why not.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+
+SECCOMP_RET_KILL_PROCESS = 0x80000000
+SECCOMP_RET_ERRNO = 0x00050000
+SECCOMP_RET_ALLOW = 0x7FFF0000
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
+
+# struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6]
+_NR, _ARCH, _ARG0_LOW, _ARG1_LOW = 0, 4, 16, 24
+
+BPF_LD_W_ABS = 0x20
+BPF_JEQ_K = 0x15
+BPF_JGE_K = 0x35
+BPF_JSET_K = 0x45
+BPF_RET_K = 0x06
+
+CLONE_NEW_FLAGS = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
+                   | 0x20000000 | 0x40000000)  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER,
+#                                                NEWPID, NEWNET
+TIOCSTI = 0x5412
+
+REFUSED_X86_64 = {
+    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
+    "pidfd_getfd": 438,
+    "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "open_tree": 428,
+    "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+    "mount_setattr": 442, "name_to_handle_at": 303, "open_by_handle_at": 304,
+    "unshare": 272, "setns": 308,
+    "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
+    "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+    "delete_module": 176, "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163,
+    "syslog": 103, "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305,
+    "adjtimex": 159, "quotactl": 179, "personality": 135,
+}
+CLONE_X86_64, CLONE3_X86_64, IOCTL_X86_64 = 56, 435, 16
+
+
+def available() -> str:
+    """"" when a filter can be built and installed here, else why not."""
+    if not hasattr(os, "fork") or platform.system() != "Linux":
+        return "seccomp is Linux only"
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"no system-call table for {platform.machine()} (only x86-64)"
+    return ""
+
+
+def refused_calls() -> list[str]:
+    """The names of the calls the filter refuses, for the documentation and ``doctor``."""
+    return sorted([*REFUSED_X86_64, "clone (CLONE_NEW* flags)", "clone3 (ENOSYS)",
+                   "ioctl (TIOCSTI)"])
+
+
+def _statement(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def program() -> bytes:
+    """The filter, as ``struct sock_filter`` entries."""
+    deny = SECCOMP_RET_ERRNO | errno.EPERM
+    code = [
+        _statement(BPF_LD_W_ABS, _ARCH),
+        _statement(BPF_JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
+        _statement(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
+        _statement(BPF_LD_W_ABS, _NR),
+        _statement(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1),
+        _statement(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
+    ]
+    for number in sorted(REFUSED_X86_64.values()):
+        code += [_statement(BPF_JEQ_K, number, 0, 1), _statement(BPF_RET_K, deny)]
+    code += [_statement(BPF_JEQ_K, CLONE3_X86_64, 0, 1),
+             _statement(BPF_RET_K, SECCOMP_RET_ERRNO | errno.ENOSYS)]
+    # clone(flags, …): refuse any namespace flag (the low 32 bits hold them all)
+    code += [_statement(BPF_JEQ_K, CLONE_X86_64, 0, 4),
+             _statement(BPF_LD_W_ABS, _ARG0_LOW),
+             _statement(BPF_JSET_K, CLONE_NEW_FLAGS, 0, 1),
+             _statement(BPF_RET_K, deny),
+             _statement(BPF_RET_K, SECCOMP_RET_ALLOW)]
+    # ioctl(fd, TIOCSTI, …)
+    code += [_statement(BPF_JEQ_K, IOCTL_X86_64, 0, 4),
+             _statement(BPF_LD_W_ABS, _ARG1_LOW),
+             _statement(BPF_JEQ_K, TIOCSTI, 0, 1),
+             _statement(BPF_RET_K, deny),
+             _statement(BPF_RET_K, SECCOMP_RET_ALLOW)]
+    code.append(_statement(BPF_RET_K, SECCOMP_RET_ALLOW))
+    return b"".join(code)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install() -> None:
+    """``no_new_privs``, then the filter, for this process and everything it starts.
+    Raises ``OSError`` when the kernel refuses."""
+    reason = available()
+    if reason:
+        raise OSError(errno.ENOSYS, reason)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                           ctypes.c_ulong]
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"no_new_privs: {os.strerror(number)}")
+    code = program()
+    buffer = ctypes.create_string_buffer(code, len(code))
+    fprog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"seccomp: {os.strerror(number)}")
