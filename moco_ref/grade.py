@@ -36,6 +36,9 @@ from moco_ref.sandbox.observation import MissingPart, SandboxRun, joined_output,
 SUBMISSION_LABEL = "(reported by the submission's process)"  # its notes are its own words
 # Validating and judging are quick; one at a time keeps hypothesis and torch's global RNG calm.
 _JUDGE_LOCK = threading.Lock()
+# Validating and judging count toward --timeout; a submission that used all of its time
+# still has what was observed judged within this much more.
+JUDGE_MIN_SECONDS = 10.0
 
 
 def grade_submission(target: str, options: GradeOptions | None = None) -> SubmissionReport:
@@ -112,7 +115,8 @@ def grade_tasks(
 def _report(target: str, options: GradeOptions, run: SandboxRun) -> SubmissionReport:
     report = _report_shell(target, options, run)
     if not report.traceback:
-        report = _judged(report, options, run.stage, run.done, run.missing)
+        deadline = max(run.deadline, time.monotonic() + JUDGE_MIN_SECONDS)
+        report = _judged(report, options, run.stage, run.done, run.missing, deadline)
     return _shown_as_original(report, run)
 
 
@@ -137,6 +141,7 @@ def _report_shell(target: str, options: GradeOptions, run: SandboxRun) -> Submis
         notes=notes,
         stdout=joined_output(attempts, "stdout"),
         stderr=joined_output(attempts, "stderr"),
+        isolation=run.isolation,
     )
     if run.failure:
         report.traceback = run.failure
@@ -156,7 +161,8 @@ def _report_shell(target: str, options: GradeOptions, run: SandboxRun) -> Submis
 
 
 def _assembled(report: SubmissionReport, options: GradeOptions, stage: dict, done: dict,
-               missing: dict[str, MissingPart]) -> tuple[dict, dict[str, MissingPart]]:
+               missing: dict[str, MissingPart], deadline: float | None = None,
+               ) -> tuple[dict, dict[str, MissingPart]]:
     """The observation record to judge: the validated parts, and an ``Unobserved`` entry for
     each part that is missing, failed or invalid. Returns ``(observations, missing)``."""
     style = report.style
@@ -166,6 +172,10 @@ def _assembled(report: SubmissionReport, options: GradeOptions, stage: dict, don
     for name, payload in done.items():
         if "failed" in payload:
             missing[name] = MissingPart("observing it raised:\n" + str(payload["failed"]), False)
+            continue
+        if deadline is not None and time.monotonic() > deadline:
+            missing[name] = MissingPart("its observations could not be checked before the "
+                                        "submission's time (--timeout) ran out", True)
             continue
         with _JUDGE_LOCK:  # the probe is rebuilt with torch's global RNG: one at a time
             problem = validate_part(style, name, payload.get("data"), payload.get("meta"),
@@ -192,11 +202,11 @@ def _assembled(report: SubmissionReport, options: GradeOptions, stage: dict, don
 
 
 def _judged(report: SubmissionReport, options: GradeOptions, stage: dict, done: dict,
-            missing: dict[str, MissingPart]) -> SubmissionReport:
-    observations, _ = _assembled(report, options, stage, done, missing)
+            missing: dict[str, MissingPart], deadline: float | None = None) -> SubmissionReport:
+    observations, _ = _assembled(report, options, stage, done, missing, deadline)
     try:
         with _JUDGE_LOCK:
-            results, inferred = judge(observations, report.style, options)
+            results, inferred = judge(observations, report.style, options, deadline=deadline)
     except Exception as exc:  # noqa: BLE001 - a grader bug must not end the whole run
         report.traceback = "moco-ref internal error while judging (please report it):\n" + (
             "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

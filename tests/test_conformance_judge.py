@@ -325,3 +325,24 @@ def test_an_unobserved_part_is_not_judged_and_says_why(timed_out, status):
         assert by_family[family] == {status}, family
     message = next(r.message for r in results if r.family == "I3")
     assert message == "not judged: train_moco was not observed: it did not finish within its 3 s"
+
+
+# =========================================================================== time budget
+
+
+def test_judging_stops_at_the_submissions_deadline_and_says_so():
+    """Judging counts toward --timeout: past the deadline no check is judged (and none
+    passes); each says the time ran out. Before it, the same record is judged in full."""
+    from moco_ref.judge.judge import OUT_OF_TIME
+
+    namespace = load_namespace(SUBMISSIONS / "correct_lab_order.py")
+    options = GradeOptions(style="lab")
+    record = round_trip(observe(namespace, "lab", options))
+    on_time, _ = judge(copy.deepcopy(record), "lab", options, deadline=float("inf"))
+    assert {r.status for r in on_time} == {Status.PASSED, Status.NOT_APPLICABLE}
+    late, inferred = judge(record, "lab", options, deadline=0.0)
+    applicable = [r for r in late if r.status is not Status.NOT_APPLICABLE]
+    assert applicable and all(r.status is Status.ERROR and r.message == OUT_OF_TIME
+                              for r in applicable)
+    assert [r.check_id for r in late] == [r.check_id for r in on_time]
+    assert inferred == {"style": "lab"}

@@ -7,15 +7,22 @@ and (for the escapes) with processes alone."""
 
 from __future__ import annotations
 
+import csv
 import glob
+import hashlib
 import os
+import shutil
+import time
+from pathlib import Path
 
 import pytest
 from grading_stubs.leftovers import wait_for_no_leftovers
 
+import moco_ref
 from moco_ref.grade import grade_submission
 from moco_ref.judge.results import Status
 from moco_ref.observe.options import GradeOptions
+from moco_ref.report.batch import grade_folder
 from moco_ref.report.demo import (
     DemoOutcome,
     find_manifest,
@@ -52,7 +59,7 @@ def test_every_verdict_is_the_expected_one(outcomes, name):
 def test_nothing_is_left_behind_and_the_grader_survives(outcomes):
     assert "spawned 4 processes" in outcomes["orphan_processes.py"].report.stdout
     assert wait_for_no_leftovers() == []
-    zygote = client.zygote_for(client.child_environment())
+    zygote = client.current_zygote()
     assert zygote.alive and zygote.process.poll() is None
 
 
@@ -66,7 +73,8 @@ def test_timeouts_say_so(outcomes):
 
 def test_crashes_say_how(outcomes):
     hog = outcomes["memory_hog.py"].report
-    assert any("MemoryError" in r.message for r in hog.results if r.status is Status.ERROR)
+    assert any("MemoryError" in r.message or "processes held" in r.message and "--memory-mb" in
+               r.message for r in hog.results if r.status is Status.ERROR)
     exit_ = outcomes["exit_in_train_moco.py"].report
     assert any("exited with code 0 while it was being observed" in r.message
                for r in exit_.results)
@@ -99,8 +107,7 @@ def test_escape_sequences_never_reach_a_report(outcomes):
 def test_fake_files_change_nothing(outcomes):
     report = outcomes["fake_report_files.py"].report
     assert report.score == 34
-    if client.zygote_for(client.child_environment()).namespaces:
-        assert glob.glob("/tmp/moco-ref-fake-*") == []  # read-only outside its scratch
+    assert glob.glob("/tmp/moco-ref-fake-*") == []  # not in its file system
 
 
 def test_tampering_is_named(outcomes):
@@ -132,4 +139,97 @@ def test_escapes_are_contained_without_namespaces(monkeypatch):
     examples = [BY_NAME[name] for name in ESCAPES]
     for outcome in run_demo(examples, GradeOptions(), jobs=2):
         assert outcome.as_expected, "\n".join(surprise_details(outcome))
+    assert wait_for_no_leftovers() == []
+
+
+# --------------------------------------------------------------------------- the bwrap sandbox
+
+
+def _attack_line(outcomes, name: str) -> str:
+    report = outcomes[name].report
+    return "\n".join(line for line in report.stdout.splitlines() if line.startswith("ATTACK"))
+
+
+def test_no_step_out_of_the_read_only_file_system_succeeds(outcomes):
+    lines = _attack_line(outcomes, "remount_and_write.py")
+    for step in ("mount_setattr", "remount", "umount", "unshare"):
+        assert f"ATTACK {step}: refused" in lines, lines
+    assert "ATTACK could write outside the scratch: nothing" in lines
+
+
+def test_the_grader_s_code_cannot_be_changed_from_inside(outcomes):
+    lines = _attack_line(outcomes, "patch_grader.py")
+    assert "writable: 0; judge modules: 0" in lines, lines
+
+
+def test_no_classmate_report_cache_or_grader_command_line_is_visible(outcomes):
+    lines = _attack_line(outcomes, "touch_classmates.py")
+    assert lines.endswith("grader command lines seen: 0; classmates, reports or cache entries "
+                          "found: 0; writable: 0"), lines
+
+
+def test_no_host_socket_is_reachable(outcomes):
+    assert _attack_line(outcomes, "host_sockets.py").endswith("reached: none")
+
+
+def test_forged_frames_are_refused_cheaply_and_their_notes_appear_nowhere(outcomes):
+    forged = outcomes["frame_forgery.py"].report
+    assert forged.style == "lab" and forged.gradable
+    texts = [forged.traceback, *forged.notes, *(r.message for r in forged.results)]
+    assert not any("TA override" in text for text in texts)
+    training = [r for r in forged.results if r.family == "I4"]
+    assert training and all("not dense" in r.message for r in training)
+    assert forged.wall_seconds < 30
+    bomb = outcomes["frame_bomb.py"].report
+    assert all("tampered" in r.message for r in bomb.results if r.family == "I4")
+
+
+def test_memory_is_counted_over_the_whole_job(outcomes):
+    report = outcomes["memory_fanout.py"].report
+    messages = [r.message for r in report.results if r.family == "I4"]
+    assert messages and all("processes held" in m and "--memory-mb" in m for m in messages)
+
+
+def _digests(root: Path) -> dict[str, str]:
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file() and "__pycache__" not in
+            path.parts}
+
+
+ATTACKERS = ("touch_classmates.py", "kill_grader.py", "daemon.py", "patch_grader.py",
+             "remount_and_write.py", "host_sockets.py")
+
+
+def test_a_class_under_attack_keeps_its_grades(tmp_path):
+    """Correct classmates graded in one batch with the attackers: full marks in the summary,
+    in their reports and on a cached rerun; the class folder, the grader's code and the
+    reports unchanged afterwards (a daemon would rewrite them); nothing left running."""
+    adversarial = MANIFEST.parent
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for name in ("_moco.py", *ATTACKERS):
+        shutil.copy(adversarial / name, folder / name)
+    for student in ("alice.py", "zoe.py"):
+        shutil.copy(adversarial / "classmate_correct.py", folder / student)
+    out = tmp_path / "out"
+    class_before = _digests(folder)
+    package = Path(moco_ref.__file__).resolve().parent
+    code_before = _digests(package)
+
+    first = grade_folder([folder], GradeOptions(), out=out, jobs=2)
+    scores = {Path(o.report.submission).name: o.report.score for o in first.outcomes}
+    assert scores["alice.py"] == scores["zoe.py"] == 36
+    assert all(scores[name] == 34 for name in ATTACKERS), scores
+    outputs = _digests(out)
+    time.sleep(3)  # the daemon's moment, had it survived
+    assert _digests(out) == outputs
+    with open(out / "summary.csv") as handle:
+        rows = {Path(row["submission"]).name: row for row in csv.DictReader(handle)}
+    assert float(rows["alice.py"]["score"]) == float(rows["zoe.py"]["score"]) == 36
+
+    again = grade_folder([folder], GradeOptions(), out=out, jobs=2)
+    assert all(o.cached for o in again.outcomes)
+    assert {Path(o.report.submission).name: o.report.score for o in again.outcomes} == scores
+    assert _digests(folder) == class_before
+    assert _digests(package) == code_before
     assert wait_for_no_leftovers() == []

@@ -24,15 +24,17 @@ from moco_ref.report.batch import (
 )
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "submissions"
+ENTRY = "\ndef train_moco(*args):\n    return None\n"
 
 
 @pytest.fixture
 def folder(tmp_path):
     root = tmp_path / "class"
     (root / "group-b").mkdir(parents=True)
-    write(root, "alice.py", GOOD_WARMUP)
-    write(root, "bob.py", BAD_FIFO_WARMUP)
-    write(root / "group-b", "carol.py", GOOD_WARMUP)
+    # each defines train_moco, so none is a helper module of another (copy_submission)
+    write(root, "alice.py", GOOD_WARMUP + ENTRY)
+    write(root, "bob.py", BAD_FIFO_WARMUP + ENTRY)
+    write(root / "group-b", "carol.py", GOOD_WARMUP + ENTRY)
     write(root, "_helper.py", "X = 1")  # private: not a submission
     (root / ".ipynb_checkpoints").mkdir()
     write(root / ".ipynb_checkpoints", "alice-checkpoint.py", GOOD_WARMUP)
@@ -93,7 +95,7 @@ def test_unchanged_submissions_come_from_the_cache(folder, tmp_path):
     assert [o.cached for o in again.outcomes] == [True, True, True]
     assert [comparable(o.report) for o in again.outcomes] == [
         comparable(o.report) for o in first.outcomes]
-    write(folder, "bob.py", GOOD_WARMUP)  # bob fixes his bug
+    write(folder, "bob.py", GOOD_WARMUP + ENTRY)  # bob fixes his bug
     changed = grade_folder([folder], options, out=out, jobs=2)
     assert [o.cached for o in changed.outcomes] == [True, False, True]
     assert changed.outcomes[1].report.score == 3
@@ -134,11 +136,20 @@ def test_only_entries_the_grader_signed_come_from_the_cache(folder, tmp_path):
     assert graded_again(signed)  # signed under another secret
 
 
-def test_the_cache_key_names_content_options_and_grader(folder):
+def test_the_cache_key_names_content_helpers_options_isolation_and_grader(folder,
+                                                                          monkeypatch):
+    from moco_ref.sandbox.client import ISOLATION_VARIABLE
+
     target = find_targets([folder])[0]
     key = cache_key(target, GradeOptions())
     assert key == cache_key(target, GradeOptions())
     assert key != cache_key(target, GradeOptions(temperature=0.1))
+    monkeypatch.setenv(ISOLATION_VARIABLE, "processes")
+    assert key != cache_key(target, GradeOptions())
+    monkeypatch.setenv(ISOLATION_VARIABLE, "bwrap")
+    write(folder, "_helper.py", "X = 2")  # a helper module the submission's process gets
+    assert key != cache_key(target, GradeOptions())
+    key = cache_key(target, GradeOptions())
     Path(target.path).write_text(GOOD_WARMUP + "\n# edited\n")
     assert key != cache_key(target, GradeOptions())
 

@@ -125,7 +125,7 @@ def test_a_process_that_dies_in_a_part_fails_that_part_only(tmp_path, stubbed): 
 def test_judge_errors_are_reported_not_raised(tmp_path, stubbed, monkeypatch):  # noqa: F811
     import sys
 
-    def broken_judge(observations, style, options):
+    def broken_judge(observations, style, options, **_):
         raise RuntimeError("judge bug")
 
     monkeypatch.setattr(sys.modules["moco_ref.grade"], "judge", broken_judge)

@@ -8,8 +8,6 @@ training observations, and every check that needs them reports "error".
 """
 import gc
 
-import torch
-
 from _moco import moco_warmup, run  # noqa: F401
 
 SEED = 0

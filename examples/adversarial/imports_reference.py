@@ -3,9 +3,9 @@
 Expected: not gradable by default (the import is refused, with a message that says so);
 `--allow-reference-import` permits it.
 """
-from moco_ref import MoCoTrainer  # noqa: F401
-
 from _moco import moco_warmup  # noqa: F401
+
+from moco_ref import MoCoTrainer  # noqa: F401
 
 SEED = 0
 

@@ -1,8 +1,9 @@
 """Adversarial: train_moco allocates (and touches) memory until it cannot.
 
-Expected: stopped by the address-space limit (RLIMIT_AS, --memory-mb) with a MemoryError inside
-train_moco: the warm-up checks pass, every training check reports "error"; the grader and the
-machine survive.
+Expected: stopped by the job's memory limit (--memory-mb, counted over all its processes; or
+by the per-process address-space limit, as a MemoryError inside train_moco, if it allocates
+faster than the job is watched): the warm-up checks pass, every training check reports
+"error" naming the limit; the grader and the machine survive.
 """
 from _moco import moco_warmup  # noqa: F401
 

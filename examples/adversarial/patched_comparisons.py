@@ -10,7 +10,6 @@ import numpy
 import numpy.testing
 import torch
 import torch.testing
-
 from _moco import moco_warmup, run  # noqa: F401
 
 SEED = 0

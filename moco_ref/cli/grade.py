@@ -102,8 +102,9 @@ def _add_run_options(parser) -> None:
         type=int,
         default=GradeOptions.memory_mb,
         metavar="MB",
-        help="address-space limit per submission; torch alone maps ~3.4 GB (default "
-        "%(default)s)",
+        help="memory of one submission's job, all its processes together (their proportional "
+        "resident sets; default %(default)s); each process also has an address-space limit "
+        "4096 MB above it (torch alone maps ~3.4 GB)",
     )
     running.add_argument(
         "--check-timeout",

@@ -8,6 +8,7 @@ traceback, never a crash of the grading run.
 
 from __future__ import annotations
 
+import time
 import traceback
 
 from moco_ref.judge.assertions import CheckFailure, NotExercised, SubmissionError
@@ -18,17 +19,22 @@ from moco_ref.judge.styles import JUDGED_STYLES
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.threads import one_thread
 
+OUT_OF_TIME = ("not judged: the grader's time for this submission (--timeout, which counts "
+               "the judging too) ran out before this check")
+
 
 def judge(
-    observations: dict, style: str, options: GradeOptions
+    observations: dict, style: str, options: GradeOptions, *, deadline: float | None = None
 ) -> tuple[list[CheckResult], dict]:
     """Every selected check's verdict on ``observations``, and the values inferred from them
-    (m, capacity, batch size, order, …)."""
+    (m, capacity, batch size, order, …). Past ``deadline`` (``time.monotonic()``), the
+    checks not yet judged are errors that say so: judging a record cannot outlast the
+    submission's time by more than one check."""
     with one_thread():
-        return _judge(observations, style, options)
+        return _judge(observations, style, options, deadline)
 
 
-def _judge(observations: dict, style: str, options: GradeOptions):
+def _judge(observations: dict, style: str, options: GradeOptions, deadline: float | None):
     evidence, broken = None, ""
     if style in JUDGED_STYLES:
         try:
@@ -44,10 +50,12 @@ def _judge(observations: dict, style: str, options: GradeOptions):
                                    not_applicable_reason(spec, style)))
         elif evidence is None:
             results.append(_result(spec, Status.ERROR, broken or f"style {style!r} is not judged"))
+        elif deadline is not None and time.monotonic() > deadline:
+            results.append(_result(spec, Status.ERROR, OUT_OF_TIME))
         else:
             results.append(run_check(spec, style, evidence))
     inferred = {"style": style}
-    if evidence is not None:
+    if evidence is not None and (deadline is None or time.monotonic() <= deadline):
         inferred.update(evidence.inferred())
     return results, inferred
 

@@ -48,6 +48,7 @@ class SubmissionReport:
     stdout: str = ""  # captured, capped
     stderr: str = ""
     wall_seconds: float = 0.0
+    isolation: str = ""  # how the submission's process was isolated (the grader's own words)
 
     @property
     def score(self) -> float:
@@ -70,5 +71,6 @@ class SubmissionReport:
             "stdout": self.stdout,
             "stderr": self.stderr,
             "wall_seconds": self.wall_seconds,
+            "isolation": self.isolation,
             "results": [r.to_dict() for r in self.results],
         }

@@ -19,7 +19,7 @@ class GradeOptions:
     checks: tuple[str, ...] = field(default_factory=tuple)  # check ids or families; empty = all
     execute_all_cells: bool = False  # notebooks: run every cell instead of definitions only
     timeout: float = 60.0  # wall-clock seconds for the whole submission
-    memory_mb: int = 4096
+    memory_mb: int = 2048  # the job's memory, all its processes together (proportional sets)
     check_timeout: float | None = 30.0  # seconds for each observed part (None: no own limit)
     allow_reference_import: bool = False  # may the submission import moco_ref?
 

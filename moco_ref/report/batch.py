@@ -156,10 +156,15 @@ def cache_key(target: Target, options: GradeOptions) -> str | None:
     """None when the target cannot be hashed (a module path)."""
     if is_module_target(target.path):
         return None
+    from moco_ref.sandbox.attempt import helper_files
+    from moco_ref.sandbox.client import isolation_mode
+
     content = hashlib.sha256(Path(target.path).read_bytes()).hexdigest()
-    material = json.dumps({"name": target.name, "content": content,
-                           "grader": grader_fingerprint(), "options": options.to_dict()},
-                          sort_keys=True)
+    helpers = {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+               for path in helper_files(target.path)}
+    material = json.dumps({"name": target.name, "content": content, "helpers": helpers,
+                           "grader": grader_fingerprint(), "options": options.to_dict(),
+                           "isolation": isolation_mode()}, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()
 
 
@@ -237,6 +242,7 @@ def report_from_dict(data: dict) -> SubmissionReport:
         notes=list(data.get("notes") or []), traceback=data.get("traceback", ""),
         stdout=data.get("stdout", ""), stderr=data.get("stderr", ""),
         wall_seconds=float(data.get("wall_seconds", 0.0)),
+        isolation=str(data.get("isolation", "")),
     )
 
 

@@ -108,8 +108,11 @@ def print_reports(
         use_rich = _rich_available()
     if not use_rich:
         file.write(render_text(reports, options) + "\n")
-        return
-    _print_rich(reports, options, file)
+    else:
+        _print_rich(reports, options, file)
+    unconfined = sorted({r.isolation for r in reports if r.isolation.startswith("processes")})
+    for isolation in unconfined:
+        file.write(f"isolation: {isolation}\n")
 
 
 def _rich_available() -> bool:

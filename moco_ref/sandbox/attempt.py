@@ -54,12 +54,19 @@ def copy_submission(target: str, folder: Path) -> str:
     source = Path(target).resolve()
     folder.mkdir(parents=True)
     shutil.copy2(source, folder / source.name)
-    for sibling in sorted(source.parent.glob("*.py")):
-        if sibling == source or not sibling.is_file() or sibling.stat().st_size > \
-                MAX_HELPER_BYTES or _defines_entry_points(sibling):
-            continue
+    for sibling in helper_files(source):
         shutil.copy2(sibling, folder / sibling.name)
     return str(folder / source.name)
+
+
+def helper_files(target: str | Path) -> list[Path]:
+    """The helper modules beside a submission that its process gets (see
+    ``copy_submission``), sorted."""
+    source = Path(target).resolve()
+    return [sibling for sibling in sorted(source.parent.glob("*.py"))
+            if sibling != source and sibling.is_file()
+            and sibling.stat().st_size <= MAX_HELPER_BYTES
+            and not _defines_entry_points(sibling)]
 
 
 def copy_module(name: str, folder: Path) -> None:
@@ -129,6 +136,9 @@ class Attempt:
 
     def exit_text(self) -> str:
         """How the submission's process ended, in words."""
+        limit = (self.exit or {}).get("limit")
+        if isinstance(limit, str) and limit:
+            return f"the job went over a limit ({limit[:300]}), so it was stopped"
         status = (self.exit or {}).get("status")
         if status is None:
             if self.supervisor_status is not None and self.exit is None:

@@ -148,7 +148,8 @@ class Zygote:
 
     @property
     def namespaces(self) -> str:
-        return self.hello.get("isolation", "")
+        """The isolation its jobs get, in words (from the hello, before any job ran)."""
+        return self.hello.get("isolation", "") if self.sandboxed else PROCESSES_ONLY
 
     def spawn(self, request: dict, fds: list[int], events: queue.Queue) -> JobHandle:
         from moco_ref.sandbox.zygote import send

@@ -79,9 +79,13 @@ def enter(*, scratch_mb: int) -> None:
 
 
 def fresh_proc() -> None:
-    """In the job's pid 1: ``/proc`` for the job's PID namespace only. bwrap's read-only
+    """In the job's pid 1: a mount namespace of its own (a copy of the job's, so the same
+    scratch) whose ``/proc`` shows the job's PID namespace only. The supervisor keeps the
+    sandbox's ``/proc``: it watches the job's processes by their pids there. bwrap's read-only
     covers under the old ``/proc`` go first (they belong to the same user namespace)."""
     libc = _libc()
+    _check(libc.unshare(CLONE_NEWNS), "unshare the job's init's mount namespace")
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
     with open("/proc/self/mountinfo") as handle:
         points = [line.split()[4] for line in handle]
     for point in sorted((p for p in points if p.startswith("/proc/")), key=len, reverse=True):

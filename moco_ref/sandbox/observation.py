@@ -67,6 +67,8 @@ class SandboxRun:
     done: dict[str, dict]  # PART payloads of the parts observed, by part
     missing: dict[str, MissingPart]  # parts not observed, and why
     failure: str  # why the submission is not gradable ("" when it is)
+    isolation: str = ""  # from the zygote's hello, sent before any submission ran
+    deadline: float = 0.0  # time.monotonic() when the submission's --timeout ends
 
 
 def observe_in_sandbox(target: str, options: GradeOptions) -> SandboxRun:
@@ -126,7 +128,8 @@ def observe_in_sandbox(target: str, options: GradeOptions) -> SandboxRun:
                 missing[name] = MissingPart(f"{attempt.exit_text()} before observing it", False)
             break
         only = remaining  # the rest, in a fresh process
-    return SandboxRun(attempts, stage, done, missing, failure)
+    return SandboxRun(attempts, stage, done, missing, failure, isolation=zygote.namespaces,
+                      deadline=deadline)
 
 
 def planned_parts(stage: dict) -> list[str]:
@@ -150,7 +153,7 @@ def _why_unfinished(attempt: Attempt, options: GradeOptions) -> tuple[str, bool]
                 True)
     text = attempt.exit_text() + " while it was being observed"
     if attempt.killed_by_sigkill():
-        text += f" (out of memory? the limit is {options.memory_mb} MB of address space)"
+        text += f" (out of memory? the job may use {options.memory_mb} MB)"
     tail = attempt.stderr.strip()[-2000:]
     if tail:
         text += f"\n--- end of its stderr ---\n{tail}"
@@ -172,7 +175,7 @@ def _not_loaded(attempt: Attempt, options: GradeOptions) -> str:
         )
     cause = attempt.exit_text()
     if attempt.killed_by_sigkill():
-        cause += f" (out of memory? the limit is {options.memory_mb} MB of address space)"
+        cause += f" (out of memory? the job may use {options.memory_mb} MB)"
     tail = attempt.stderr.strip()[-4000:]
     return f"{cause} before any observation was recorded" + (
         f"\n--- end of its stderr ---\n{tail}" if tail else ""

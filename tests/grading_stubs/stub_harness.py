@@ -68,7 +68,7 @@ def observe(namespace: dict, style: str, options) -> dict:
     return record
 
 
-def judge(observations: dict, style: str, options):
+def judge(observations: dict, style: str, options, *, deadline=None):
     from moco_ref.judge.gaps import Unobserved
     from moco_ref.judge.results import CheckResult, Status
 
