@@ -39,14 +39,36 @@ def test_judge_family(benchmark, observations, family):
     assert results and all(r.status.value == "passed" for r in results)
 
 
+def _copies(folder: Path, count: int) -> list[str]:
+    """``count`` copies of the correct submission, each a file of its own."""
+    targets = []
+    for i in range(count):
+        target = folder / f"submission_{i}.py"
+        shutil.copy(CORRECT, target)
+        targets.append(str(target))
+    return targets
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_throughput(benchmark, tmp_path, jobs):
     benchmark.group = "grading: 4 submissions, -j 1 against -j 2"
-    targets = []
-    for i in range(4):
-        target = tmp_path / f"submission_{i}.py"
-        shutil.copy(CORRECT, target)
-        targets.append(str(target))
+    targets = _copies(tmp_path, 4)
     reports = benchmark.pedantic(grade_many, args=(targets, GradeOptions()),
                                  kwargs={"jobs": jobs}, rounds=1, iterations=1)
     assert all(r.score == r.max_score for r in reports)
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "processes"])
+def test_throughput_by_isolation(benchmark, tmp_path, monkeypatch, isolation):
+    """The bubblewrap sandbox's cost per submission against processes alone (the warm
+    process of each is started before timing)."""
+    from moco_ref.sandbox import client
+
+    benchmark.group = "grading: 8 submissions -j 2, bwrap against processes"
+    monkeypatch.setenv(client.ISOLATION_VARIABLE, isolation)
+    client.current_zygote()
+    targets = _copies(tmp_path, 8)
+    reports = benchmark.pedantic(grade_many, args=(targets, GradeOptions()),
+                                 kwargs={"jobs": 2}, rounds=2, iterations=1)
+    assert all(r.score == r.max_score for r in reports)
+    assert all(r.isolation.startswith(isolation) for r in reports)

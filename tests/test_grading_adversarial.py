@@ -233,3 +233,15 @@ def test_a_class_under_attack_keeps_its_grades(tmp_path):
     assert _digests(folder) == class_before
     assert _digests(package) == code_before
     assert wait_for_no_leftovers() == []
+
+
+@pytest.mark.slow  # the whole corpus ten times (~6 min): `pytest -m slow` or `tox -e thorough`
+def test_the_same_submission_gets_the_same_report_ten_times_out_of_ten():
+    from moco_ref.report.batch import comparable
+
+    for example in EXAMPLES:
+        options = GradeOptions.from_dict({**GradeOptions().to_dict(), "style": example.style,
+                                          **dict(example.options)})
+        reports = {repr(comparable(grade_submission(str(example.path), options)))
+                   for _ in range(10)}
+        assert len(reports) == 1, example.path.name

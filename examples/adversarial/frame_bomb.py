@@ -6,13 +6,12 @@ Expected: the frame is refused before anything is inflated (the grader's reader 
 stored, uncompressed archives), the channel is marked tampered with and the training checks
 report an error saying so; the warm-up, observed before, is judged as usual.
 """
-import gc
 import io
 import os
 import struct
 import zipfile
 
-from _moco import moco_warmup, run  # noqa: F401
+from _moco import moco_warmup, run, stolen_channel_writer  # noqa: F401
 
 SEED = 0
 
@@ -21,12 +20,8 @@ def views(batch):
     return batch
 
 
-def _writer():
-    return next(o for o in gc.get_objects() if type(o).__name__ == "FrameWriter")
-
-
 def attack():
-    writer = _writer()
+    writer = stolen_channel_writer()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("archive/data.pkl", b"\0" * (300 * 2**20))

@@ -10,11 +10,10 @@ notes appear nowhere; the training record is refused as not dense before any wor
 on it, so the training checks report an error; the warm-up is judged as usual; and the
 whole grading takes seconds, not minutes.
 """
-import gc
 import os
 
 import torch
-from _moco import moco_warmup, run  # noqa: F401
+from _moco import moco_warmup, run, stolen_channel_writer  # noqa: F401
 
 SEED = 0
 ROWS = 10**8
@@ -24,12 +23,8 @@ def views(batch):
     return batch
 
 
-def _writer():
-    return next(o for o in gc.get_objects() if type(o).__name__ == "FrameWriter")
-
-
 def attack():
-    writer = _writer()
+    writer = stolen_channel_writer()
     note = "TA override: full marks"
     writer.send(1, {"stage": "observe", "style": "builder", "notes": [note, "x" * 20 * 2**20],
                     "parts": [], "defined": {}})

@@ -6,34 +6,31 @@ what this returns (a ``SandboxRun``).
 
 Each submission runs in a process of its own, forked from a warm ``zygote`` (torch and the
 observer already imported), under a supervisor that kills everything it started when it
-ends. It has
+ends. By default (``bwrap``) the zygote lives in a bubblewrap sandbox that holds only the
+Python installation and the observing side of moco_ref (``bwrap``), each job has namespaces of
+its own with a private scratch (``jobspace``), and its process is confined before the
+submission loads (``confine``, ``seccomp``). It has
 
-- its own session, and — where the kernel allows unprivileged namespaces — its own user, PID,
-  network, IPC and mount namespaces: no network, a read-only file system except a private
-  ``/tmp`` (its working directory is there), and a PID namespace the kernel empties when the
-  job ends (``namespaces``). Elsewhere: a child-subreaper supervisor, session and
-  environment-token sweeps (``procs``) and a fresh temporary working directory;
 - a wall-clock timeout for the whole job (``GradeOptions.timeout``) and one per observed part
-  (``check_timeout``); an address-space limit (``RLIMIT_AS = memory_mb``; torch and the
-  preloaded modules map ~3.6 GB of it), no core dumps, no file larger than 1 GiB;
+  (``check_timeout``); CPU time and memory bounded over all the job's processes (the
+  supervisor's ``JobWatch``: ``timeout`` CPU seconds, ``memory_mb`` of proportional set
+  size), and per process an address space 4096 MB above ``memory_mb``, 256 processes and
+  threads, no core dumps, no file larger than 1 GiB;
 - no standard input; stdout/stderr captured, keeping the first and last 10 kB of each;
 - the reference-import guard (``guard``) unless ``allow_reference_import``.
 
 Observations come back as frames on a pipe no file name leads to (``channel``), part by part
 (``parts``). The grader validates them against the probe it asked for (``record``) and judges
-them here, by recomputation. A part that ran out of time is reported ``timeout``; one whose
-process died, or whose observations were inconsistent, makes the checks that need it report
-``error``; the other parts are observed in a fresh process and judged as usual. A submission
-that cannot be loaded gives a report with ``gradable=False`` and the traceback; nothing a
-submission does raises out of ``grade_submission``. ``observe_sandboxed`` observes the same
-way without judging (for ``moco-ref record``).
+them by recomputation (``moco_ref.grade``). A part that ran out of time is reported
+``timeout``; one whose process died, or whose observations were inconsistent, makes the
+checks that need it report ``error``; the other parts are observed in a fresh process and
+judged as usual. A submission that cannot be loaded gives a report with ``gradable=False`` and
+the traceback; nothing a submission does raises out of ``grade_submission``.
 
-What the isolation does not stop: without namespaces, a submission runs as the grader's user
-and can signal or ptrace the grader's processes, write anywhere the user can (other reports,
-the cache, the grader's code) and use the network; a process that deliberately kills the
-supervisor and the zygote, leaves its session and clears its environment can outlive the job.
-With namespaces it can still read what the user can read, and there is no limit on the number
-of processes or on CPU time beyond the wall-clock timeouts (no cgroup is used).
+With ``--isolation processes`` (trusted code only) there is no sandbox: the submission runs as
+the grader's user with the grader's file system and network, and a process that kills the
+supervisor and the zygote, leaves its session and clears its environment can outlive the job
+(``procs`` sweeps catch the rest). The limits above still hold.
 """
 
 from __future__ import annotations

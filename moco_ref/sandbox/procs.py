@@ -13,8 +13,8 @@ whatever any layer finds (see ``job_members``):
 - **environment token**: ``MOCO_REF_GRADE_JOB=<random hex>`` is set in the submission's
   environment, so every program it execs inherits it (unless it clears its environment).
 
-With PID namespaces (``sandbox``), none of this is needed for safety — the kernel kills the
-whole namespace when its init ends — but the same sweep runs as a second line.
+In the bwrap sandbox, none of this is needed for safety — each job has its own PID namespace,
+which the kernel empties when its init ends — but the same sweep runs as a second line.
 
 Only Linux has ``/proc``; elsewhere the scans find nothing and only the process-group kill of
 the supervisor remains.

@@ -9,19 +9,28 @@ the observer and the usual student imports, runs no submission code and no torch
 job. Nothing a job does can reach the zygote's state — each job is its own copy-on-write
 process, discarded at the end — so a submission still gets a fresh process.
 
-Per job (``spawn`` on the control socket, with the job's stdout, stderr and observation-channel
-pipe ends passed as file descriptors) the processes are::
+With ``--sandboxed`` the zygote runs inside the bwrap sandbox (``bwrap``) as uid 0 of the
+sandbox's user namespace. Per job (``spawn`` on the control socket, with the job's stdout,
+stderr and observation-channel pipe ends — and, sandboxed, the submission as a tar stream —
+passed as file descriptors) the processes are::
 
-    zygote ─ supervisor (own session, child subreaper)
-               └ [init, pid 1 of a new PID namespace, when namespaces are available]
-                    └ worker: rlimits, fresh working directory, the submission, the observer
+    zygote ─ supervisor (own session, child subreaper, JobWatch)
+               └ [init, pid 1 of the job's PID namespace, when sandboxed]
+                    └ worker: rlimits, the submission unpacked into the scratch, confined,
+                      then the submission and the observer
 
-- The **supervisor** enters namespaces (``namespaces.enter``) when asked and available, forks,
-  waits, and when the worker ends (or on SIGTERM from the grader) kills everything left of the
-  job (``procs``), then reports the worker's exit status on the channel (``EXIT`` frame).
-- The **init** reaps orphans and exits when the worker exits, which makes the kernel kill the
-  rest of the namespace; it dies with the supervisor (``PR_SET_PDEATHSIG``).
-- The **worker** runs ``worker.run_job``.
+- The **supervisor** enters the job's namespaces (``jobspace.enter``: mount with a tmpfs
+  scratch, PID, network, IPC, UTS) when sandboxed, forks, and watches the job's memory and
+  CPU over all its processes until the worker ends, it is told to stop (SIGTERM, sent by the
+  zygote on the grader's ``signal`` request: the sandbox's pids mean nothing outside), or a
+  limit is passed. It then kills everything left of the job (``procs``) and reports the
+  worker's exit status and any limit on the channel (``EXIT`` frame).
+- The **init** mounts a ``/proc`` of the job's own (``jobspace.fresh_proc``), reaps orphans
+  and exits when the worker exits, which makes the kernel kill the rest of the namespace; it
+  dies with the supervisor (``PR_SET_PDEATHSIG``).
+- The **worker** unpacks the submission, sets its limits, confines itself (``confine``: its
+  own user namespace as uid 65534, no capabilities, no_new_privs, seccomp) and runs
+  ``worker.run_job``.
 
 The zygote is a child subreaper too: a process whose supervisor was killed is re-parented to
 it, and any child of the zygote that is not a live supervisor is killed with its descendants.
@@ -374,12 +383,12 @@ class JobWatch:
         self.peak_rss = max(self.peak_rss, rss)
         self.cpu = max(self.cpu, cpu)
         if self.memory and rss > self.memory:
-            self.exceeded = (f"memory: the job's {len(members)} processes held "
-                             f"{rss / 2**20:.0f} MB together, over its {self.memory / 2**20:.0f}"
-                             " MB (--memory-mb)")
+            # no measured figures in the words: the same submission, the same report
+            self.exceeded = ("memory: the job's processes held more than its "
+                             f"{self.memory / 2**20:.0f} MB together (--memory-mb)")
         elif self.cpu_limit and cpu > self.cpu_limit:
-            self.exceeded = (f"CPU time: the job's processes used {cpu:.1f} s of CPU, over "
-                             f"its {self.cpu_limit:.0f} s (--timeout)")
+            self.exceeded = ("CPU time: the job's processes used more than its "
+                             f"{self.cpu_limit:.0f} s of CPU (--timeout)")
 
 
 def _namespace_init(request: dict, alive_r: int, status_w: int) -> None:
