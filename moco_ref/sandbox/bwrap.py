@@ -36,6 +36,7 @@ import moco_ref
 
 PACKAGE_DIR = Path(moco_ref.__file__).resolve().parent
 VIEW_ROOT = "/opt/moco-ref"
+RELOCATED_TMP = "/opt/host-tmp"
 # what runs beside the submission: the package marker, the observer, the sandbox's own
 # in-process modules
 VIEW_FILES = ("__init__.py", "observe", "sandbox/__init__.py", "sandbox/zygote.py",
@@ -94,6 +95,14 @@ def _python_folders() -> list[str]:
                        for other in real)]
 
 
+def seen_as(path: str) -> str:
+    """Where a host path is bound inside the sandbox: where it is, except below ``/tmp``
+    (every job has a scratch of its own there), which moves to ``RELOCATED_TMP`` — e.g. a
+    virtual environment in a checkout under ``/tmp``. Python finds its packages from where
+    its executable is, so a moved environment still works."""
+    return RELOCATED_TMP + path[len("/tmp"):] if _inside(path, "/tmp") else path
+
+
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -121,16 +130,16 @@ def command(control_fd: int, etc_folder: str, *, hidden: tuple[str, ...] = (),
             bound.append(path)
     for folder in _python_folders():
         if not any(_inside(folder, done) for done in bound):
-            args += ["--ro-bind", folder, folder]
+            args += ["--ro-bind", folder, seen_as(folder)]
             bound.append(folder)
     for folder in bound:  # an installed moco_ref: only the view below is importable
         installed = os.path.join(folder, "moco_ref")
         if folder != "/usr" and os.path.isdir(installed) and \
                 os.path.realpath(installed) == str(PACKAGE_DIR):
-            args += ["--tmpfs", installed]
+            args += ["--tmpfs", seen_as(installed)]
     for path in sorted({os.path.realpath(p) for p in (*hidden, str(PACKAGE_DIR.parent))}):
         if any(_inside(path, folder) and path != folder for folder in bound):
-            args += ["--tmpfs", path]
+            args += ["--tmpfs", seen_as(path)]
     for name in ETC_FILES:
         if os.path.exists(f"/etc/{name}"):
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
@@ -149,5 +158,6 @@ def command(control_fd: int, etc_folder: str, *, hidden: tuple[str, ...] = (),
              "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", "/tmp"]
     for name, value in ENVIRONMENT.items():
         args += ["--setenv", name, value]
-    args += ["--", sys.executable, "-m", "moco_ref.sandbox.zygote", "--fd", str(control_fd)]
+    args += ["--", seen_as(sys.executable), "-m", "moco_ref.sandbox.zygote", "--fd",
+             str(control_fd)]
     return args
