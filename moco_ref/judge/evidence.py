@@ -202,6 +202,12 @@ class LabEvidence:
         epoch = 0
         n_train = len(run["train"])
         for b, calls in enumerate(batches):
+            # an epoch ends when every training id was seen, or when a batch brings back an id
+            # this epoch already had (its last partial batch was dropped, as the official
+            # training loop does with drop_last)
+            batch_ids = set(view_calls[calls[0]].tolist()) - {-1}
+            if seen and batch_ids & seen:
+                seen, epoch = set(), epoch + 1
             step = self._step(len(steps), epoch, calls, by_batch.get(b, []), query_tag, key_tag)
             if step is None:
                 continue

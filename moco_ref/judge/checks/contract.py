@@ -12,6 +12,7 @@ from moco_ref.judge.assertions import (
     assert_close,
     at_step,
     fail,
+    fmt_ids,
     fmt_values,
     require,
 )
@@ -97,40 +98,48 @@ def contract_returns_seven_values_lab(ev: LabEvidence) -> str | None:
 
 BATCH_SIZE = check(
     "contract-batch-size",
-    "batches have one size (the assignment's, if pinned)",
+    "each epoch visits the training ids once, in batches",
     points=1,
     contract=(
-        "Every epoch cuts the shuffled training ids into batches of one size (the last may be "
-        "smaller) and visits every training id once; a batch size the assignment pins "
-        "(--expect-batch-size) is the one used."
+        "Every epoch cuts the shuffled training ids into batches — of any sizes — and visits "
+        "each training id at most once, leaving out fewer than one batch's worth (a dropped "
+        "last partial batch); a batch size the assignment pins (--expect-batch-size) is the "
+        "largest batch."
     ),
 )
 
 
 @BATCH_SIZE.judges('lab')
 def contract_batch_size_lab(ev: LabEvidence) -> str | None:
-    """Every epoch cuts the shuffled training ids into batches of one size (the last batch of
-    an epoch may be smaller) and covers every training id once; when the assignment pins the
-    batch size (``--expect-batch-size``) that is the size."""
+    """Every epoch visits only training ids, each at most once, and all of them but fewer
+    than the largest batch (the official loop drops the last partial batch; unequal batches,
+    e.g. ``array_split``, are as legitimate as equal ones); when the assignment pins the batch
+    size (``--expect-batch-size``) that is the largest batch."""
     size = ev.batch_size
     train = set(ev.require_run()["train"].tolist())
+    sizes_seen = set()
     for epoch in range(ev.epochs_observed):
         steps = [s for s in ev.steps if s.epoch == epoch]
-        sizes = [len(s.ids) for s in steps]
-        require(all(n == size for n in sizes[:-1]) and sizes[-1] <= size,
-                "batches of one epoch have different sizes", where=f"in epoch {epoch}",
-                expected=f"batches of {size} (the last may be smaller)", got=f"sizes {sizes}")
+        sizes_seen.update(len(s.ids) for s in steps)
         seen = [i for s in steps for i in s.ids.tolist()]
-        if epoch < ev.epochs_observed - 1 or len(seen) == len(train):
-            require(sorted(seen) == sorted(train), "an epoch does not visit every training image "
-                    "exactly once", where=f"in epoch {epoch}",
-                    expected=f"the {len(train)} ids of `train`, each once",
-                    got=f"{len(seen)} ids, {len(set(seen))} distinct, "
-                        f"{len(set(seen) - train)} not in `train`")
+        outside = set(seen) - train
+        require(not outside, "batches hold ids that are not training ids",
+                where=f"in epoch {epoch}", expected="ids of `train` only",
+                got=f"{len(outside)} other ids, e.g. {fmt_ids(torch.tensor(sorted(outside)[:8]))}")
+        require(len(seen) == len(set(seen)), "an epoch visits a training image more than once",
+                where=f"in epoch {epoch}", expected="each id of `train` at most once",
+                got=f"{len(seen)} ids, {len(set(seen))} distinct")
+        missing = len(train) - len(set(seen))
+        require(missing < size, "an epoch leaves out more training images than one batch",
+                where=f"in epoch {epoch}",
+                expected=f"all {len(train)} ids of `train` (or all but a dropped last batch, "
+                         f"fewer than {size})", got=f"{len(set(seen))} ids, {missing} left out")
     pinned = ev.options.expect_batch_size
     if pinned is not None:
         require(size == pinned, "the batch size is not the assignment's", where="over the run",
-                expected=f"batches of {pinned}", got=f"batches of {size}")
+                expected=f"batches of {pinned}", got=f"batches of up to {size}")
+    if len(sizes_seen) > 2:
+        return f"batches of {', '.join(map(str, sorted(sizes_seen, reverse=True)))}"
     return f"batch size {size}"
 
 
