@@ -12,6 +12,7 @@ judging (for ``moco-ref record``).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import traceback
@@ -213,9 +214,28 @@ def _judged(report: SubmissionReport, options: GradeOptions, stage: dict, done: 
         )
         return report
     report.gradable = True
-    report.results = list(results)
+    report.results = [_with_skipped_line(result, stage.get("skipped")) for result in results]
     report.inferred = dict(inferred)
     return report
+
+
+_NAME_ERROR = re.compile(r"NameError: name '([A-Za-z_][A-Za-z0-9_]{0,80})' is not defined")
+
+
+def _with_skipped_line(result, skipped):
+    """A NameError for a name that a skipped top-level statement of the notebook would have
+    bound says so: the statement, and how to have it run."""
+    match = _NAME_ERROR.search(result.message or "")
+    if not match or not isinstance(skipped, dict):
+        return result
+    where = skipped.get(match.group(1))
+    if not isinstance(where, str):
+        return result
+    hint = (f"\n{match.group(1)} is assigned in {where[:200]}, which the grader skipped as "
+            "top-level work (only imports, definitions and constant assignments run). Make it "
+            "a constant, compute it inside the function that uses it, or grade with "
+            "--execute-all-cells.")
+    return replace(result, message=result.message + hint)
 
 
 def observe_sandboxed(target: str, options: GradeOptions | None = None) -> dict:

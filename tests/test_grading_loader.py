@@ -202,14 +202,47 @@ def test_bad_targets_are_usage_errors(tmp_path, make, message):
         ("with open('f') as f:\n    pass", False),
         ("results = train_moco(initial, x, train)", False),
         ("obj.attr = 3", False),
+        # values of imported libraries computed from constants are constants too
+        ("EPS = torch.finfo(torch.float32).eps", True),
+        ("LOW = th.finfo(th.float16).min", True),
+        ("SCALE = math.sqrt(24) * math.log(2)", True),
+        ("START = np.zeros(3)", True),
+        ("TABLE = np.loadtxt('settings.csv')", False),  # I/O, not a value
+        ("SIZE = settings('capacity')", False),  # the notebook's own code: work
+        ("BIG = torch.randn(10)", False),
     ],
 )
 def test_definition_filter(statement, kept):
     definitions = DefinitionFilter()
-    context = "import torch\nimport torch as th\nfrom torch import nn\nLR = 1"
+    context = ("import math\nimport numpy as np\nimport torch\nimport torch as th\n"
+               "from torch import nn\nLR = 1\ndef settings(name):\n    return 240")
     definitions.split(ast.parse(context).body)
     kept_nodes, skipped = definitions.split(ast.parse(statement).body)
     assert bool(kept_nodes) is kept and bool(skipped) is not kept
+
+
+def test_a_skipped_statement_s_names_are_remembered_with_their_line(tmp_path):
+    path = _notebook(tmp_path / "nb.ipynb", "import torch",
+                     "def settings(name):\n    return 240\n\nCAPACITY = settings('k')\n"
+                     "for STEP in range(2):\n    pass")
+    loaded = load_submission(path)
+    assert "CAPACITY" not in loaded.namespace
+    assert loaded.skipped == {"CAPACITY": "cell 2: `CAPACITY = settings('k')` (line 4)",
+                              "STEP": "cell 2: `for STEP in range(2):` (line 5)"}
+
+
+def test_a_name_error_for_a_skipped_name_says_which_line_and_what_to_do():
+    from moco_ref.grade import _with_skipped_line
+    from moco_ref.judge.results import CheckResult, Status
+
+    result = CheckResult("I3-fifo-keeps-newest", "t", "I3", 1.0, Status.ERROR,
+                         "train_moco raised:\nNameError: name 'CAPACITY' is not defined")
+    skipped = {"CAPACITY": "cell 2: `CAPACITY = settings('k')` (line 4)"}
+    hinted = _with_skipped_line(result, skipped).message
+    assert "CAPACITY is assigned in cell 2: `CAPACITY = settings('k')` (line 4)" in hinted
+    assert "--execute-all-cells" in hinted
+    assert _with_skipped_line(result, {}).message == result.message  # not skipped: as it was
+    assert _with_skipped_line(result, "forged").message == result.message
 
 
 def test_strip_ipython_keeps_blocks_and_plain_python():

@@ -41,6 +41,8 @@ class LoadedSubmission:
     kind: str  # "python file", "notebook" or "module"
     namespace: dict
     notes: list[str] = field(default_factory=list)
+    # names a skipped top-level statement would have bound -> "cell N: `its first line` (line L)"
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- targets
@@ -151,6 +153,7 @@ def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
     module = _fresh_module(None)
     notes: list[str] = []
     definitions = DefinitionFilter()
+    skipped_names: dict[str, str] = {}
     code_cells = 0
     for number, cell in enumerate(notebook.cells, start=1):
         if cell.cell_type != "code":
@@ -169,6 +172,9 @@ def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
             if skipped:
                 first_lines = [_first_line(source, node) for node in skipped]
                 notes.append(f"cell {number}: skipped top-level work {_shown(first_lines)}")
+                for node, line in zip(skipped, first_lines, strict=True):
+                    for name in _bound_names(node):
+                        skipped_names.setdefault(name, f"cell {number}: {line}")
             tree.body = kept
             if not kept:
                 continue
@@ -176,7 +182,8 @@ def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
         exec(compile(tree, filename, "exec", dont_inherit=True), module.__dict__)
     if execute_all_cells:
         notes.append(f"executed all {code_cells} code cells (--execute-all-cells)")
-    return LoadedSubmission(str(path), "notebook", module.__dict__, notes)
+    return LoadedSubmission(str(path), "notebook", module.__dict__, notes,
+                            dict(list(skipped_names.items())[:MAX_SKIPPED_NAMES]))
 
 
 def _remember_source(filename: str, source: str) -> None:
@@ -252,8 +259,35 @@ _SAFE_CALLS = frozenset(
         "abs",
         "round",
         "sorted",
+        # values of imported libraries, computed from constants: no I/O, no training
+        "torch.finfo",
+        "torch.iinfo",
+        "torch.tensor",
+        "torch.as_tensor",
+        "torch.zeros",
+        "torch.ones",
+        "torch.full",
+        "torch.eye",
+        "torch.arange",
+        "torch.linspace",
+        "torch.Generator",
+        "numpy.finfo",
+        "numpy.iinfo",
+        "numpy.array",
+        "numpy.asarray",
+        "numpy.zeros",
+        "numpy.ones",
+        "numpy.full",
+        "numpy.eye",
+        "numpy.arange",
+        "numpy.linspace",
+        "numpy.sqrt",
+        "numpy.log",
+        "numpy.exp",
+        "numpy.random.default_rng",
     }
 )
+_SAFE_MODULES = ("math.",)  # every function of these computes a value and nothing else
 _BUILTIN_NAMES = frozenset(name for name in dir(builtins) if not name.startswith("__"))
 
 
@@ -387,8 +421,9 @@ class DefinitionFilter:
         if isinstance(node, ast.Lambda):
             return True  # defining a function does no work
         if isinstance(node, ast.Call):
+            name = self._resolved_call_name(node.func) or ""
             return (
-                self._resolved_call_name(node.func) in _SAFE_CALLS
+                (name in _SAFE_CALLS or name.startswith(_SAFE_MODULES))
                 and all(self.constant(arg) for arg in node.args)
                 and all(self.constant(keyword.value) for keyword in node.keywords)
             )
@@ -403,6 +438,21 @@ class DefinitionFilter:
             return None
         head = self.aliases.get(func.id, func.id)
         return ".".join([head, *reversed(parts)])
+
+
+MAX_SKIPPED_NAMES = 200
+
+
+def _bound_names(node: ast.stmt) -> list[str]:
+    """The names an assignment (or a ``for``/``with``) at the top of a cell binds."""
+    if isinstance(node, ast.Assign):
+        return [name for target in node.targets for name in _target_names(target)]
+    if isinstance(node, ast.AnnAssign | ast.AugAssign | ast.For | ast.AsyncFor):
+        return _target_names(node.target)
+    if isinstance(node, ast.With | ast.AsyncWith):
+        return [name for item in node.items if item.optional_vars is not None
+                for name in _target_names(item.optional_vars)]
+    return []
 
 
 def _simple_target(node: ast.expr) -> bool:

@@ -68,7 +68,8 @@ def observe_streaming(target: str, options: GradeOptions, writer, *,
     planned = parts_module.part_names(style)
     todo = [name for name in planned if only_parts is None or name in only_parts]
     writer.send(STAGE, {"stage": "observe", "style": style, "notes": notes, "parts": planned,
-                        "defined": parts_module.entry_points_defined(loaded.namespace, style)})
+                        "defined": parts_module.entry_points_defined(loaded.namespace, style),
+                        "skipped": loaded.skipped})
     for name in todo:
         writer.send(PART_START, {"part": name})
         started = time.perf_counter()
