@@ -285,3 +285,42 @@ def i8_empty_queue_in_batch_lab(ev: LabEvidence) -> str | None:
     fail("the first batch (empty queue) does not use in-batch negatives",
          where=at_step(0, step.ids), expected="logits q·kᵀ/T [B, B] with labels arange(B)",
          got=f"{got} (the in-batch form is off by {error:.2g})")
+
+
+KEY_FROM_OTHER_VIEW = check(
+    "I8-key-from-other-view",
+    "the positive key comes from the image's other view",
+    points=1,
+    contract=(
+        "The positive pair is two views of one image: the key encoder encodes a second, "
+        "independent augmentation of the batch (LAB 07 calls views once per branch), never "
+        "the very view the query encoder saw."
+    ),
+)
+
+
+def _view_calls_of(event, ids: torch.Tensor) -> set[int]:
+    """The view calls (−1: the raw image) the event's rows for these ids came from."""
+    rows = torch.isin(event["rows_id"], ids) & (event["rows_call"] >= -1)
+    return set(event["rows_call"][rows].tolist())
+
+
+@KEY_FROM_OTHER_VIEW.judges('lab')
+def i8_key_from_other_view_lab(ev: LabEvidence) -> str | None:
+    """At every step the key encoder's input rows come from a call of ``views`` other than
+    the ones the query encoder's rows came from (the probe traces each input row to the
+    ``views`` call that made it); raw images on both sides count as one view."""
+    events = ev.require_run()["events"]
+    for step in ev.steps:
+        query = _view_calls_of(events[step.query_event], step.ids)
+        key = _view_calls_of(events[step.key_event], step.ids)
+        shared = query & key
+        if shared:
+            source = ("the raw images x[ids] (views was not called for either branch)"
+                      if shared == {-1} else f"view call {min(shared)}")
+            fail("the key is encoded from the same augmented view as the query, so the "
+                 "positive pair is one view twice (call views once per branch)",
+                 where=at_step(step.index, step.ids),
+                 expected="the key encoder's input from a second call views(x[ids])",
+                 got=f"both encoders' inputs from {source}")
+    return None
