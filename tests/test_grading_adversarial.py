@@ -63,12 +63,19 @@ def test_nothing_is_left_behind_and_the_grader_survives(outcomes):
     assert zygote.alive and zygote.process.poll() is None
 
 
+def _messages(report) -> str:
+    return "\n".join(f"{r.check_id} {r.status.value}: {r.message[:300]}" for r in report.results)
+
+
 def test_timeouts_say_so(outcomes):
     loop = outcomes["infinite_loop.py"].report
-    assert any("did not finish within 15 s" in r.message for r in loop.results)
+    assert any("did not finish within 15 s" in r.message for r in loop.results), \
+        _messages(loop)
     slow = outcomes["sleep_in_warmup.py"].report
-    assert any("within its 5 s (--check-timeout)" in r.message for r in slow.results)
-    assert "timed out after 10 s while loading" in outcomes["sleep_at_import.py"].report.traceback
+    assert any("within its 5 s (--check-timeout)" in r.message for r in slow.results), \
+        _messages(slow)
+    at_import = outcomes["sleep_at_import.py"].report
+    assert "timed out after 10 s while loading" in at_import.traceback, at_import.traceback
 
 
 def test_crashes_say_how(outcomes):

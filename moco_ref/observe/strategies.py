@@ -90,12 +90,13 @@ def _generator(seed: int) -> torch.Generator:
 @dataclass(frozen=True)
 class LabProbe:
     """The ``lab`` probe's sizes: ``n_images`` images ``[1, 8, 8]``, of which ``n_train``
-    (a scattered subset, so ids are not positions) are the training set, for ``epochs``
+    (a scattered subset, so ids are not positions, spread up to 4095 so that ids kept in a
+    narrow float dtype lose their identity) are the training set, for ``epochs``
     epochs. With LAB 07's own settings (batch 60, capacity 240) 150 training images give
     batches 60, 60, 30 per epoch: the queue fills at step 4, wraps in the middle of a batch,
     and from the second epoch on every source id meets its own older keys in the queue."""
 
-    n_images: int = 200
+    n_images: int = 4096  # ids up to 4095: a narrow float dtype (float16: exact to 2048) shows
     n_train: int = 150
     epochs: int = 3
     seed: int = 0

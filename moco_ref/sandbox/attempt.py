@@ -198,7 +198,9 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
             "import_root": import_root,
             "scratch": SANDBOX_SCRATCH if sandboxed else os.path.realpath(scratch),
             "memory_mb": options.memory_mb,
-            "cpu_seconds": max(1, math.ceil(options.timeout)) if options.timeout else None,
+            # twice the wall time: one busy thread meets the wall-clock limit first, work
+            # spread over threads and processes meets this one
+            "cpu_seconds": max(1, math.ceil(2 * options.timeout)) if options.timeout else None,
             "sandboxed": sandboxed,
             "parts": only_parts,
         }

@@ -13,7 +13,7 @@ submission loads (``confine``, ``seccomp``). It has
 
 - a wall-clock timeout for the whole job (``GradeOptions.timeout``) and one per observed part
   (``check_timeout``); CPU time and memory bounded over all the job's processes (the
-  supervisor's ``JobWatch``: ``timeout`` CPU seconds, ``memory_mb`` of proportional set
+  supervisor's ``JobWatch``: twice ``timeout`` CPU seconds, ``memory_mb`` of proportional set
   size), and per process an address space 4096 MB above ``memory_mb``, 256 processes and
   threads, no core dumps, no file larger than 1 GiB;
 - no standard input; stdout/stderr captured, keeping the first and last 10 kB of each;

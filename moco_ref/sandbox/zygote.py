@@ -353,7 +353,8 @@ class JobWatch:
         self._tick = os.sysconf("SC_CLK_TCK")
         self._page = os.sysconf("SC_PAGE_SIZE")
 
-    def _memory(self, pid: int) -> int:
+    def _proportional(self, pid: int) -> int:
+        """The process's proportional set size (its resident set when that cannot be read)."""
         try:
             with open(f"/proc/{pid}/smaps_rollup", "rb") as handle:
                 for line in handle:
@@ -361,34 +362,38 @@ class JobWatch:
                         return int(line.split()[1]) * 1024
         except (OSError, ValueError, IndexError):
             pass
-        with open(f"/proc/{pid}/statm", "rb") as handle:  # no smaps_rollup: resident set
-            return int(handle.read().split()[1]) * self._page
+        return self._resident(pid)
 
-    def _usage(self, pid: int) -> tuple[int, float]:
+    def _resident(self, pid: int) -> int:
         try:
-            rss = self._memory(pid)
+            with open(f"/proc/{pid}/statm", "rb") as handle:
+                return int(handle.read().split()[1]) * self._page
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def _cpu(self, pid: int) -> float:
+        try:
             with open(f"/proc/{pid}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[1].split()
-            cpu = sum(int(value) for value in fields[11:15]) / self._tick  # u, s, cu, cs
+            return sum(int(value) for value in fields[11:15]) / self._tick  # u, s, cu, cs
         except (OSError, IndexError, ValueError):
-            return 0, 0.0
-        return rss, cpu
+            return 0.0
 
     def check(self) -> None:
         members = procs.descendants([self.supervisor])
-        rss, cpu = 0, 0.0
-        for pid in members:
-            used, seconds = self._usage(pid)
-            rss, cpu = rss + used, cpu + seconds
-        self.peak_rss = max(self.peak_rss, rss)
+        cpu = sum(self._cpu(pid) for pid in members)
+        memory = sum(self._resident(pid) for pid in members)  # cheap, and never below PSS
+        if self.memory and memory > self.memory:  # only then the exact, costlier sum
+            memory = sum(self._proportional(pid) for pid in members)
+        self.peak_rss = max(self.peak_rss, memory)
         self.cpu = max(self.cpu, cpu)
-        if self.memory and rss > self.memory:
+        if self.memory and memory > self.memory:
             # no measured figures in the words: the same submission, the same report
             self.exceeded = ("memory: the job's processes held more than its "
                              f"{self.memory / 2**20:.0f} MB together (--memory-mb)")
         elif self.cpu_limit and cpu > self.cpu_limit:
             self.exceeded = ("CPU time: the job's processes used more than its "
-                             f"{self.cpu_limit:.0f} s of CPU (--timeout)")
+                             f"{self.cpu_limit:.0f} s of CPU (twice --timeout)")
 
 
 def _namespace_init(request: dict, alive_r: int, status_w: int) -> None:
