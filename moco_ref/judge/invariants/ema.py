@@ -130,13 +130,19 @@ class EmaAnalysis:
 
 
 def _segment_mask(
-    after: torch.Tensor, before: torch.Tensor, segments: Sequence[tuple[str, slice]]
+    after: torch.Tensor, before: torch.Tensor, segments: Sequence[tuple[str, slice]],
+    eps: float = FLOAT32_EPS,
 ) -> tuple[torch.Tensor, list[str]]:
-    """Elements of the segments in which θk moved, and the names of those that did not."""
+    """Elements of the segments in which θk moved, and the names of those that did not. A
+    segment moved when it changed by more than rounding (``NOISE_ULPS`` ulps of its largest
+    entry): a key pulled toward a frozen copy of itself changes by an ulp here and there, and
+    that is no EMA step."""
     moved = torch.zeros(after.numel(), dtype=torch.bool)
     still = []
     for name, piece in segments:
-        if torch.equal(after[piece], before[piece]):
+        change = (after[piece] - before[piece]).abs()
+        scale = float(before[piece].abs().max()) if change.numel() else 0.0
+        if not change.numel() or float(change.max()) <= NOISE_ULPS * eps * max(scale, 1e-30):
             still.append(name)
         else:
             moved[piece] = True
@@ -144,11 +150,13 @@ def _segment_mask(
 
 
 def _skipped(
-    u: KeyUpdate, still: Sequence[str], segments: Sequence[tuple[str, slice]], eps: float
+    u: KeyUpdate, still: Sequence[str], segments: Sequence[tuple[str, slice]], eps: float,
+    m: float | None = None,
 ) -> list[str]:
-    """The ``still`` segments the EMA should have moved: where θq (current and stale alike)
-    differs from θk by more than rounding. A parameter whose gradient is zero — a conv bias
-    under BatchNorm — keeps θq = θk, and the EMA leaves it alone by law."""
+    """The ``still`` segments the EMA should have moved: where the step the law predicts,
+    (1 − m)·(θq − θk) for current and stale θq alike, is larger than rounding. A parameter
+    whose gradient is zero — a conv bias under BatchNorm — keeps θq = θk, and the EMA leaves
+    it alone by law; one whose θq barely differs moves by less than rounding."""
     pieces = dict(segments)
     skipped = []
     for name in still:
@@ -156,7 +164,8 @@ def _skipped(
         if piece.stop <= piece.start:
             continue
         noise = NOISE_ULPS * eps * max(float(u.before[piece].abs().max()), 1e-30)
-        gaps = [float((target[piece] - u.before[piece]).abs().max())
+        rate = 1.0 - m if m is not None and 0.0 < m < 1.0 else 1.0
+        gaps = [rate * float((target[piece] - u.before[piece]).abs().max())
                 for target in (u.current, u.stale)]
         if min(gaps) > noise:
             skipped.append(name)
@@ -185,7 +194,7 @@ def _analyse_key_updates(updates, segments, eps) -> EmaAnalysis:
     def moved_triples(hypothesis: str):
         triples = []
         for u in inner:
-            mask, _ = _segment_mask(u.after, u.before, segments)
+            mask, _ = _segment_mask(u.after, u.before, segments, eps)
             if mask.any():
                 target = u.current if hypothesis == "current" else u.stale
                 triples.append((u.after[mask], u.before[mask], target[mask]))
@@ -194,7 +203,7 @@ def _analyse_key_updates(updates, segments, eps) -> EmaAnalysis:
     fitted = {h: fit_momentum(moved_triples(h)) for h in ("current", "stale")}
     verdicts: list[UpdateVerdict] = []
     for u in updates:
-        mask, still = _segment_mask(u.after, u.before, segments)
+        mask, still = _segment_mask(u.after, u.before, segments, eps)
         changed = bool(mask.any())
         fit = {}
         for h in ("current", "stale"):
@@ -216,7 +225,9 @@ def _analyse_key_updates(updates, segments, eps) -> EmaAnalysis:
                 fits_stale=fit["stale"][0],
                 residual_current=fit["current"][1],
                 residual_stale=fit["stale"][1],
-                skipped=_skipped(u, still, segments, eps) if changed else [],
+                skipped=_skipped(u, still, segments, eps,
+                                 fitted["current"] if fitted["current"] is not None
+                                 else fitted["stale"]) if changed else [],
             )
         )
 
