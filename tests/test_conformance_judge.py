@@ -346,3 +346,18 @@ def test_judging_stops_at_the_submissions_deadline_and_says_so():
                               for r in applicable)
     assert [r.check_id for r in late] == [r.check_id for r in on_time]
     assert inferred == {"style": "lab"}
+
+
+def test_the_query_gradient_is_recomputed_for_every_step_of_a_correct_run():
+    """contract-fresh-gradients does not pass vacuously: on a correct run each step's
+    recomputed gradient is what θq.grad held afterwards (within float32 rounding)."""
+    from moco_ref.judge.evidence import LabEvidence
+
+    namespace = load_namespace(SUBMISSIONS / "correct_lab_order.py")
+    options = GradeOptions(style="lab")
+    evidence = LabEvidence(round_trip(observe(namespace, "lab", options)), options)
+    items = evidence.query_gradients
+    assert len(items) == len(evidence.steps) - 1
+    for item in items:
+        assert item.after is not None
+        assert float((item.after - item.fresh).norm()) <= 1e-4 * float(item.fresh.norm())

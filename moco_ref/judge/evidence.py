@@ -66,6 +66,16 @@ class LabStep:
 
 
 @dataclass
+class QueryGradient:
+    """θq's ``.grad`` around one step (see ``LabEvidence.query_gradients``)."""
+
+    step: int
+    fresh: torch.Tensor  # [P] the gradient of this step's loss, recomputed
+    after: torch.Tensor | None  # [P] .grad when the next step's query forward ran
+    before: torch.Tensor | None  # [P] .grad when this step's query forward ran
+
+
+@dataclass
 class QueueAnalysis:
     keys: torch.Tensor  # [n, d] the returned queue, oriented [n, d], float64
     ids: torch.Tensor  # [n] int64
@@ -505,6 +515,56 @@ class LabEvidence:
         return int(same_source_mask(step.ids, ids).sum())
 
     # ----------------------------------------------------------------- report
+
+    @cached_property
+    def query_gradients(self) -> list[QueryGradient]:
+        """For each step followed by another: the query encoder's ``.grad`` when the next
+        step's query forward ran, the one at this step's, and the gradient this step's loss
+        gives θq — recomputed here through the probe model from the recorded parameters,
+        inputs and the gradient that reached the outputs. Steps whose inputs cannot be
+        rebuilt, or with more than one backward into the query encoder, are left out."""
+        from moco_ref.judge.record import view_inputs
+        from moco_ref.observe.lab_probe import ProbeNet, ProbeRecorder
+
+        run = self.require_run()
+        if run.get("input_mutated"):
+            return []
+        events, steps = run["events"], self.steps
+        query_tag = self.roles[0]
+        recorder = ProbeRecorder(self.probe)
+        inputs = view_inputs(run["view_calls"], recorder)
+        images = recorder.images.reshape(len(recorder.images), -1)
+        out = []
+        for step, following in zip(steps, steps[1:]):
+            between = [events[i] for i in range(step.query_event, following.query_event)
+                       if events[i]["instance"] == query_tag and events[i]["grad"] is not None]
+            if len(between) != 1:
+                continue
+            event = between[0]
+            rows = []
+            for call, source in zip(event["rows_call"].tolist(), event["rows_id"].tolist()):
+                if call == -1 and source >= 0:
+                    rows.append(images[source])
+                elif (call, source) in inputs:
+                    rows.append(inputs[(call, source)])
+                else:
+                    rows = None
+                    break
+            if rows is None:
+                continue
+            net = ProbeNet()
+            torch.nn.utils.vector_to_parameters(self._params(event, query_tag).to(torch.float32),
+                                                net.parameters())
+            x = torch.stack(rows).reshape(len(rows), *recorder.images.shape[1:])
+            _, projection = net(x)
+            grads = torch.autograd.grad(projection, list(net.parameters()), event["grad"])
+            fresh = torch.cat([g.reshape(-1) for g in grads]).to(torch.float64)
+            later = events[following.query_event]["own_grad"]
+            earlier = events[step.query_event]["own_grad"]
+            out.append(QueryGradient(step.index, fresh,
+                                     None if later is None else later.to(torch.float64),
+                                     None if earlier is None else earlier.to(torch.float64)))
+        return out
 
     def inferred(self) -> dict:
         """Values inferred from the trace, for the report (best effort, never raises)."""

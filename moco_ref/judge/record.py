@@ -286,6 +286,8 @@ def _training(data, options: GradeOptions) -> None:
         grad_clock = _int(event.get("grad_clock"), f"{where}.grad_clock")
         _need(grad_clock == -1 or grad_clock > now, f"{where}'s gradient came before it")
         _int(event.get("grad_calls"), f"{where}.grad_calls", 0)
+        if event.get("own_grad") is not None:
+            _tensor(event["own_grad"], f"{where}.own_grad", dtype=torch.float32, shape=(P,))
         _need((grad is None) == (event["grad_calls"] == 0),
               f"{where}'s gradient and gradient count disagree")
     if "returned" in data:
@@ -330,7 +332,7 @@ def _forwards(events: list, view_calls: list, recorder) -> None:
     """Every output is what the probe model computes from its snapshot and its input."""
     from moco_ref.observe.lab_probe import ProbeNet
 
-    inputs = _view_inputs(view_calls, recorder)
+    inputs = view_inputs(view_calls, recorder)
     images = recorder.images.reshape(len(recorder.images), -1)
     net = ProbeNet()
     vector = torch.nn.utils.parameters_to_vector
@@ -364,7 +366,7 @@ def _forwards(events: list, view_calls: list, recorder) -> None:
                 "input: observations were altered")
 
 
-def _view_inputs(view_calls: list, recorder) -> dict[tuple[int, int], torch.Tensor]:
+def view_inputs(view_calls: list, recorder) -> dict[tuple[int, int], torch.Tensor]:
     """``(call, id) → [64]`` the view the probe's ``views`` gave for that id in that call,
     rebuilt by calling the probe's own ``views`` on the same images in the same order. When an
     id appears twice in a call its noise differs: such rows are left out."""

@@ -64,6 +64,16 @@ def flat_parameters(module: nn.Module) -> torch.Tensor:
     return torch.cat(params) if params else torch.empty(0)
 
 
+def _flat_grads(module: nn.Module) -> torch.Tensor | None:
+    """The ``.grad`` of every parameter as one float32 vector ``[P]`` (zeros where a
+    parameter has none); None when no parameter has one."""
+    params = list(module.parameters())
+    if all(p.grad is None for p in params):
+        return None
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach()
+                      .reshape(-1).to(torch.float32) for p in params])
+
+
 def parameter_layout(module: nn.Module) -> list[dict]:
     return [
         {"name": name, "shape": list(p.shape), "numel": p.numel()}
@@ -198,6 +208,7 @@ class ProbeRecorder:
             "grad": None,
             "grad_clock": -1,
             "grad_calls": 0,
+            "own_grad": _flat_grads(module),
         }
         self.events.append(event)
         if projection.requires_grad:

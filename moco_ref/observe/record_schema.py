@@ -70,6 +70,7 @@ class ForwardEvent(TypedDict):
     grad: Tensor | None  # [B, 24] the gradient that reached the output
     grad_clock: int
     grad_calls: int
+    own_grad: Tensor | None  # [P] this copy's parameters' .grad when the forward ran
 
 
 class Returned(TypedDict, total=False):

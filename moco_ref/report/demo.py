@@ -38,7 +38,7 @@ class Example:
     expect_gradable: bool = True
     options: tuple[tuple[str, object], ...] = ()  # GradeOptions overrides (e.g. a short timeout)
     not_passed_status: str | None = None  # every check that does not pass has this status
-    score_at_most: float | None = None  # tampering must not earn more than the honest run
+    points_lost_at_least: float | None = None  # tampering must not earn more than the honest run
 
     @property
     def expected_text(self) -> str:
@@ -64,7 +64,8 @@ class DemoOutcome:
         failed = failed_families(report)
         if not report.gradable or not failed:
             return False
-        if example.score_at_most is not None and report.score > example.score_at_most + 1e-9:
+        if example.points_lost_at_least is not None and \
+                report.max_score - report.score < example.points_lost_at_least - 1e-9:
             return False
         if example.not_passed_status is not None and any(
             result.status.value != example.not_passed_status
@@ -126,7 +127,7 @@ def load_manifest(path: Path) -> list[Example]:
                     expect_gradable=bool(entry.get("expect_gradable", True)),
                     options=tuple(sorted(dict(entry.get("options") or {}).items())),
                     not_passed_status=entry.get("not_passed_status"),
-                    score_at_most=entry.get("score_at_most"),
+                    points_lost_at_least=entry.get("points_lost_at_least"),
                 )
             )
         except (KeyError, TypeError) as exc:

@@ -375,3 +375,39 @@ def contract_components_defined_components(ev: ComponentsEvidence) -> str | None
             expected="KeyQueue, momentum_update, contrastive_logits, info_nce_loss",
             got=f"missing {', '.join(missing)}")
     return None
+
+
+FRESH_GRADIENTS = check(
+    "contract-fresh-gradients",
+    "each update uses this step's gradient only",
+    points=1,
+    contract=(
+        "The query encoder is trained on each step's loss alone: its gradients are cleared "
+        "between steps (optimizer.zero_grad()), so an update never carries earlier steps' "
+        "gradients."
+    ),
+)
+ACCUMULATION_RTOL = 1e-3  # recomputed vs recorded parameter gradients
+
+
+@FRESH_GRADIENTS.judges('lab')
+def contract_fresh_gradients_lab(ev: LabEvidence) -> str | None:
+    """Between two steps θq's ``.grad`` holds this step's gradient (recomputed through the
+    probe model from the recorded parameters, inputs and output gradient) or nothing — not
+    the sum of this step's and the earlier ones'. (Gradients rescaled in place, e.g. by
+    clipping, are not charged: only an identified accumulation is.)"""
+    for item in ev.query_gradients:
+        if item.after is None or item.before is None:
+            continue
+        scale = float(item.fresh.norm()) or 1.0
+        fresh = float((item.after - item.fresh).norm()) / scale
+        summed = float((item.after - (item.before + item.fresh)).norm()) / scale
+        if fresh > ACCUMULATION_RTOL and summed <= ACCUMULATION_RTOL and \
+                float(item.before.norm()) > ACCUMULATION_RTOL * scale:
+            fail("the query encoder's gradients accumulate across steps (optimizer.zero_grad() "
+                 "missing, or called after backward?): each update also applies every earlier "
+                 "step's gradient", where=f"after step {item.step}",
+                 expected=f"θq.grad = this step's gradient (norm {scale:.4g})",
+                 got=f"θq.grad = this step's gradient + the previous .grad (norm "
+                     f"{float(item.after.norm()):.4g})")
+    return None
