@@ -95,7 +95,8 @@ class ProbeRecorder:
         self.images = torch.rand((probe.n_images, *IMAGE_SHAPE), generator=generator)
         order = torch.randperm(probe.n_images, generator=generator)
         self.train = order[: probe.n_train].sort().values  # [n_train] scattered ids
-        self._image_index = {_row_key(row): i for i, row in enumerate(self.images)}
+        rows = self.images.detach().to(torch.float32).reshape(len(self.images), -1).numpy()
+        self._image_index = {row.tobytes(): i for i, row in enumerate(rows)}  # as _row_key
         self._view_rows: dict[bytes, tuple[int, int]] = {}  # row bytes -> (call, id)
         self._view_outputs: list[torch.Tensor] = []  # [B, 64] per call, for inexact lookups
         self.view_calls: list[torch.Tensor] = []  # ids of each views() call
