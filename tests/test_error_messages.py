@@ -204,3 +204,27 @@ def test_bad_input_gets_one_exact_message(call, error, message):
     assert str(caught.value) == message, (
         f"message differs\n  expected: {message}\n  got:      {caught.value}"
     )
+
+
+def test_a_crash_is_told_with_the_submission_s_frames_and_the_failing_frame_s_tensors():
+    """The tensors of the frame that failed are listed with shape and dtype, those on the
+    failing line first, after the traceback of the submission's own code."""
+    import torch
+
+    from moco_ref.observe.tracebacks import submission_error_text
+
+    def submission_step():
+        ids = torch.arange(3)  # noqa: F841 - a local the message lists
+        q, queue = torch.zeros(60, 24), torch.zeros(60, 24)
+        return q @ queue  # shapes that cannot be multiplied
+
+    try:
+        submission_step()
+    except RuntimeError as exc:
+        text = submission_error_text(exc)
+    else:  # pragma: no cover
+        raise AssertionError("the matmul should fail")
+    assert "in submission_step" in text and "q @ queue" in text
+    listed = text.split("tensors in submission_step when it failed:\n", 1)[1].splitlines()
+    assert listed[:2] == ["  q: [60, 24] float32", "  queue: [60, 24] float32"]
+    assert "  ids: [3] int64" in listed

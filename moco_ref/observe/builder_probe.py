@@ -20,9 +20,7 @@ It all runs inside a one-process ``torch.distributed`` group with ``.cuda()`` ma
 
 from __future__ import annotations
 
-import traceback
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +39,7 @@ from moco_ref.observe.record_schema import (
     EncoderParameters,
 )
 from moco_ref.observe.threads import one_thread
+from moco_ref.observe.tracebacks import submission_error_text
 
 IMAGE_SHAPE = (3, 8, 8)
 WIDTH = 16  # channels of the probe encoder, = the input width of its .fc
@@ -264,15 +263,6 @@ def describe_module(model: nn.Module, recorder: BuilderRecorder) -> BuilderModul
 # --------------------------------------------------------------------------- the run
 
 
-_HARNESS_DIR = str(Path(__file__).resolve().parent)
-
-
-def _error_text(exc: BaseException) -> str:
-    """The traceback from the submission's side: the probe's own frames are left out."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_HARNESS_DIR):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))[-6000:]
 
 
 def probe_images(probe: BuilderProbe, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -299,7 +289,7 @@ def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> Builde
     except BaseException as exc:  # noqa: BLE001 - the submission's failure is data
         if isinstance(exc, KeyboardInterrupt):
             raise
-        run["error"] = _error_text(exc)
+        run["error"] = submission_error_text(exc)
         return run
     for t in range(probe.steps):
         run["stage"] = f"step {t}"
@@ -308,7 +298,7 @@ def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> Builde
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            run["error"] = _error_text(exc)
+            run["error"] = submission_error_text(exc)
             return run
     run["stage"] = "done"
     return run

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import time
-import traceback
 
 import torch
 from torch import nn
@@ -45,6 +44,7 @@ from moco_ref.observe.strategies import (
 )
 from moco_ref.observe.styles import COMPONENTS, OBSERVED_STYLES
 from moco_ref.observe.threads import one_thread
+from moco_ref.observe.tracebacks import submission_error_text
 
 OBSERVATION_FORMAT = 1
 MAX_LIST = 10_000  # longest list kept when sanitizing a returned value
@@ -62,10 +62,6 @@ def observe(namespace: dict, style: str, options: GradeOptions) -> dict:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _error_text(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-6000:]
 
 
 def sanitize(value, depth: int = 0):
@@ -122,7 +118,7 @@ def _call_warmup(namespace: dict) -> WarmupRecord:
     except BaseException as exc:  # noqa: BLE001 - any failure of the submission is data
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return {"defined": True, "error": _error_text(exc), "result": None}
+        return {"defined": True, "error": submission_error_text(exc), "result": None}
 
 
 # --------------------------------------------------------------------------- lab
@@ -162,7 +158,7 @@ def _observe_training(namespace: dict, probe) -> TrainingRecord:
     except BaseException as exc:  # noqa: BLE001 - the submission's failure is data
         if isinstance(exc, KeyboardInterrupt):
             raise
-        record["error"] = _error_text(exc)
+        record["error"] = submission_error_text(exc)
         result = None
     record["seconds"] = time.perf_counter() - started
     record["events"] = recorder.events
@@ -176,7 +172,8 @@ def _observe_training(namespace: dict, probe) -> TrainingRecord:
         try:
             record["returned"] = _returned(result, recorder)
         except Exception as exc:  # noqa: BLE001 - an unreadable return value is data too
-            record["error"] = "train_moco's return value could not be read:\n" + _error_text(exc)
+            record["error"] = ("train_moco's return value could not be read:\n"
+                               + submission_error_text(exc))
     return record
 
 
@@ -255,7 +252,7 @@ def _run_cases(component, runner, kind: str, seed: int) -> list[dict]:
             except BaseException as exc:  # noqa: BLE001
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                outputs.append({"error": _error_text(exc)})
+                outputs.append({"error": submission_error_text(exc)})
     return outputs
 
 
