@@ -13,6 +13,7 @@ from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.observe.options import GradeOptions
 from moco_ref.report.formats import (
     JSON_FORMAT,
+    REASON_WIDTH,
     gradescope_results,
     print_reports,
     render_text,
@@ -153,3 +154,23 @@ def test_gradescope_not_gradable_shows_the_traceback():
     data = gradescope_results(_not_gradable())
     assert data["score"] == 0 and data["tests"][0]["status"] == "failed"
     assert "tensorflow" in data["tests"][0]["output"] and "tensorflow" in data["output"]
+
+
+def test_the_terminal_report_is_a_summary_table_then_details_unless_brief():
+    """The table carries one line per check; each check not passed then gets its whole
+    message at full width, with its rerun command; ``brief`` keeps the table alone."""
+    report = _graded()
+    failed = next(r for r in report.results if r.status.value == "failed")
+    stream = io.StringIO()
+    print_reports([report], file=stream, use_rich=True)
+    full = stream.getvalue()
+    assert f"{failed.check_id} — failed" in full
+    assert failed.message.splitlines()[0] in full
+    stream = io.StringIO()
+    print_reports([report], file=stream, use_rich=True, brief=True)
+    brief = stream.getvalue()
+    assert f"{failed.check_id} — failed" not in brief and failed.check_id in brief
+    assert f"--check {failed.check_id}" in brief
+    text = render_text([report], brief=True)
+    assert all(len(line) <= 28 + REASON_WIDTH for line in text.splitlines()
+               if not line.startswith(("==", "   rerun", "   note", "   inferred")))

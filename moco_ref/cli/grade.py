@@ -40,6 +40,8 @@ def _add_grade(subparsers) -> None:
     parser.add_argument("--style", choices=STYLES, help="skip style detection")
     output = parser.add_argument_group("output")
     output.add_argument("--json", action="store_true", help="print JSON to stdout, no table")
+    output.add_argument("--brief", action="store_true",
+                        help="the summary table alone (one line per check), no details")
     output.add_argument(
         "--junit", metavar="FILE", nargs="?", const="",
         help="also write JUnit XML: to FILE (all submissions), or without FILE one file per "
@@ -234,7 +236,7 @@ def run_grade(args: argparse.Namespace) -> int:
     if args.json:
         print(to_json(reports, options, min_score=minimum.describe(), passed=all(passed)))
     else:
-        print_reports(reports, options)
+        print_reports(reports, options, brief=args.brief)
         _print_summary(reports, passed, minimum)
     if args.junit:
         write_junit(reports, args.junit, options)

@@ -29,6 +29,9 @@ _STATUS_STYLES = {
 # --------------------------------------------------------------------------- shared wording
 
 
+REASON_WIDTH = 100  # the one-line reason (the terminal table cuts it to what fits)
+
+
 def score_text(report: SubmissionReport) -> str:
     if not report.gradable:
         return "not gradable"
@@ -73,8 +76,18 @@ def rerun_lines(report: SubmissionReport, options: GradeOptions | None) -> list[
 # --------------------------------------------------------------------------- terminal
 
 
-def render_text(reports: list[SubmissionReport], options: GradeOptions | None = None) -> str:
-    """The plain-text table (also what is printed when ``rich`` is missing)."""
+def reason_line(result: CheckResult, width: int = REASON_WIDTH) -> str:
+    """The first line of a not-passed check's message, cut to ``width`` characters."""
+    if result.status is Status.PASSED or not result.message:
+        return ""
+    first = result.message.strip().splitlines()[0] if result.message.strip() else ""
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
+def render_text(reports: list[SubmissionReport], options: GradeOptions | None = None, *,
+                brief: bool = False) -> str:
+    """The plain-text table (also what is printed when ``rich`` is missing); ``brief``: one
+    line per check, the reason cut to one line."""
     out: list[str] = []
     for report in reports:
         head = header_lines(report)
@@ -90,7 +103,8 @@ def render_text(reports: list[SubmissionReport], options: GradeOptions | None = 
             )
             if result.message and result.status is not Status.PASSED:
                 pad = " " * (3 + 15 + 8 + 2)
-                out += [f"{pad}{line}" for line in result.message.splitlines()]
+                lines = [reason_line(result)] if brief else result.message.splitlines()
+                out += [f"{pad}{line}" for line in lines]
         out += [f"   rerun: {command}" for command in rerun_lines(report, options)]
         out.append("")
     return "\n".join(out)
@@ -102,14 +116,17 @@ def print_reports(
     *,
     file=None,
     use_rich: bool | None = None,
+    brief: bool = False,
 ) -> None:
+    """Per submission: its header, a summary table (check, points, status, one-line reason)
+    and — unless ``brief`` — the details of every check not passed, at full width."""
     file = file or sys.stdout
     if use_rich is None:
         use_rich = _rich_available()
     if not use_rich:
-        file.write(render_text(reports, options) + "\n")
+        file.write(render_text(reports, options, brief=brief) + "\n")
     else:
-        _print_rich(reports, options, file)
+        _print_rich(reports, options, file, brief=brief)
     unconfined = sorted({r.isolation for r in reports if r.isolation.startswith("processes")})
     for isolation in unconfined:
         file.write(f"isolation: {isolation}\n")
@@ -123,7 +140,7 @@ def _rich_available() -> bool:
     return True
 
 
-def _print_rich(reports, options, file) -> None:
+def _print_rich(reports, options, file, *, brief: bool = False) -> None:
     from rich.console import Console
     from rich.text import Text
 
@@ -139,36 +156,41 @@ def _print_rich(reports, options, file) -> None:
             console.print(Text(report.traceback.rstrip(), style="red"))
         if report.results:
             console.print(_rich_table(report))
-        for command in rerun_lines(report, options):
-            console.print(Text("rerun: ", style="dim") + Text(command), soft_wrap=True)
+        if not brief:
+            for result in report.results:
+                if result.status in NOT_PASSED and result.message:
+                    console.print(Text(f"{result.check_id} — {result.status.value}",
+                                       style=_STATUS_STYLES[result.status]))
+                    console.print(Text(result.message.rstrip()), soft_wrap=True)
+                    console.print(Text("rerun: ", style="dim") + Text(
+                        rerun_command(report.submission, result.check_id, options)),
+                        soft_wrap=True)
+                    console.print()
+        else:
+            for command in rerun_lines(report, options):
+                console.print(Text("rerun: ", style="dim") + Text(command), soft_wrap=True)
         console.print()
 
 
 def _rich_table(report: SubmissionReport):
+    """check, points, status and the one-line reason; titles wrap, the rest does not."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    def shown(result: CheckResult) -> str:
-        return "" if result.status is Status.PASSED else result.message
-
-    with_messages = any(shown(result) for result in report.results)
-    # Messages carry the evidence: they get most of the width; titles wrap before they do.
-    table = Table(box=box.SIMPLE_HEAD, expand=with_messages)
+    table = Table(box=box.SIMPLE_HEAD, expand=True)
     table.add_column("check", no_wrap=True)
-    table.add_column("title", ratio=1 if with_messages else None)
     table.add_column("points", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    if with_messages:
-        table.add_column("message", ratio=2)
+    table.add_column("reason", overflow="ellipsis", no_wrap=True, ratio=1)  # takes what is left
     for result in report.results:
-        cells = [
+        table.add_row(
             Text(result.check_id),
-            Text(result.title),
             Text(points_text(result)),
             Text(result.status.value, style=_STATUS_STYLES[result.status]),
-        ]
-        table.add_row(*cells, *([Text(shown(result))] if with_messages else []))
+            Text(reason_line(result) or (result.title if result.status is Status.PASSED
+                                         else "")),
+        )
     return table
 
 
