@@ -523,7 +523,7 @@ class LabEvidence:
         gives θq — recomputed here through the probe model from the recorded parameters,
         inputs and the gradient that reached the outputs. Steps whose inputs cannot be
         rebuilt, or with more than one backward into the query encoder, are left out."""
-        from moco_ref.judge.record import view_inputs
+        from moco_ref.judge.record import event_inputs, view_inputs
         from moco_ref.observe.lab_probe import ProbeNet, ProbeRecorder
 
         run = self.require_run()
@@ -533,7 +533,6 @@ class LabEvidence:
         query_tag = self.roles[0]
         recorder = ProbeRecorder(self.probe)
         inputs = view_inputs(run["view_calls"], recorder)
-        images = recorder.images.reshape(len(recorder.images), -1)
         out = []
         for step, following in zip(steps, steps[1:]):
             between = [events[i] for i in range(step.query_event, following.query_event)
@@ -541,21 +540,12 @@ class LabEvidence:
             if len(between) != 1:
                 continue
             event = between[0]
-            rows = []
-            for call, source in zip(event["rows_call"].tolist(), event["rows_id"].tolist()):
-                if call == -1 and source >= 0:
-                    rows.append(images[source])
-                elif (call, source) in inputs:
-                    rows.append(inputs[(call, source)])
-                else:
-                    rows = None
-                    break
-            if rows is None:
-                continue
+            rows, x = event_inputs(event, inputs, recorder)
+            if not rows or len(rows) != len(event["rows_call"]):
+                continue  # some input cannot be rebuilt: its gradient share is unknown
             net = ProbeNet()
             torch.nn.utils.vector_to_parameters(self._params(event, query_tag).to(torch.float32),
                                                 net.parameters())
-            x = torch.stack(rows).reshape(len(rows), *recorder.images.shape[1:])
             _, projection = net(x)
             grads = torch.autograd.grad(projection, list(net.parameters()), event["grad"])
             fresh = torch.cat([g.reshape(-1) for g in grads]).to(torch.float64)

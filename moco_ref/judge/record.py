@@ -333,7 +333,6 @@ def _forwards(events: list, view_calls: list, recorder) -> None:
     from moco_ref.observe.lab_probe import ProbeNet
 
     inputs = view_inputs(view_calls, recorder)
-    images = recorder.images.reshape(len(recorder.images), -1)
     net = ProbeNet()
     vector = torch.nn.utils.parameters_to_vector
     target = vector(net.parameters())
@@ -342,20 +341,12 @@ def _forwards(events: list, view_calls: list, recorder) -> None:
         if tag not in event["snapshot_tags"]:
             continue  # more copies than the probe snapshots: nothing to recompute with
         params = event["params"][event["snapshot_tags"].index(tag)]
-        rows, xs = [], []
-        for row, (call, source) in enumerate(zip(event["rows_call"].tolist(),
-                                                 event["rows_id"].tolist())):
-            if call == -1 and source >= 0:
-                rows.append(row)
-                xs.append(images[source])
-            elif call >= 0 and source >= 0 and (call, source) in inputs:
-                rows.append(row)
-                xs.append(inputs[(call, source)])
+        rows, x = event_inputs(event, inputs, recorder)
         if not rows:
             continue
         torch.nn.utils.vector_to_parameters(params.to(target.dtype), net.parameters())
         with torch.no_grad():
-            _, projection = net(torch.stack(xs).reshape(len(xs), *recorder.images.shape[1:]))
+            _, projection = net(x)
         recorded = event["output"][rows]
         error = (projection - recorded).abs() - (FORWARD_ATOL + FORWARD_RTOL * recorded.abs())
         if bool((error > 0).any()):
@@ -364,6 +355,25 @@ def _forwards(events: list, view_calls: list, recorder) -> None:
                 f"event {index}: the recorded output of the probe model differs by {worst:.3g} "
                 "from what the model computes with the recorded parameters on the recorded "
                 "input: observations were altered")
+
+
+def event_inputs(event, inputs: dict, recorder) -> tuple[list[int], torch.Tensor | None]:
+    """``(rows, x [len(rows), 1, 8, 8])``: the rows of a recorded forward whose input the
+    grader can rebuild (a raw probe image, or a view from ``view_inputs``), and those
+    inputs; ``x`` is None when there are none."""
+    images = recorder.images.reshape(len(recorder.images), -1)
+    rows, xs = [], []
+    for row, (call, source) in enumerate(zip(event["rows_call"].tolist(),
+                                             event["rows_id"].tolist())):
+        if call == -1 and source >= 0:
+            rows.append(row)
+            xs.append(images[source])
+        elif call >= 0 and source >= 0 and (call, source) in inputs:
+            rows.append(row)
+            xs.append(inputs[(call, source)])
+    if not rows:
+        return rows, None
+    return rows, torch.stack(xs).reshape(len(xs), *recorder.images.shape[1:])
 
 
 def view_inputs(view_calls: list, recorder) -> dict[tuple[int, int], torch.Tensor]:
