@@ -292,26 +292,23 @@ def _stop(zygote: Zygote, handle: JobHandle, token: str) -> None:
     if pid is None:
         return
     if zygote.sandboxed:  # the sandbox's pids: only the zygote can name them
-        if not handle.exited.is_set():
-            zygote.signal(handle, signal.SIGTERM)
-            if not handle.exited.wait(STOP_GRACE_SECONDS):
-                zygote.signal(handle, signal.SIGKILL)
-                handle.exited.wait(STOP_GRACE_SECONDS)
-        return
-    if not handle.exited.is_set():
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
-        if not handle.exited.wait(STOP_GRACE_SECONDS):
-            for kill in (os.killpg, os.kill):
+        def send(number: int) -> None:
+            zygote.signal(handle, number)
+    else:
+        def send(number: int) -> None:
+            for kill in (os.killpg, os.kill) if number == signal.SIGKILL else (os.kill,):
                 try:
-                    kill(pid, signal.SIGKILL)
+                    kill(pid, number)
                 except OSError:
                     pass
+    if not handle.exited.is_set():
+        send(signal.SIGTERM)
+        if not handle.exited.wait(STOP_GRACE_SECONDS):
+            send(signal.SIGKILL)
             handle.exited.wait(STOP_GRACE_SECONDS)
-    procs.kill_until_gone(
-        lambda: procs.job_members(roots=[pid] if procs.alive(pid) else [], sessions=[pid],
-                                  token=token),
-        deadline_seconds=5.0,
-    )
+    if not zygote.sandboxed:  # a PID namespace ends the sandboxed job's processes with it
+        procs.kill_until_gone(
+            lambda: procs.job_members(roots=[pid] if procs.alive(pid) else [], sessions=[pid],
+                                      token=token),
+            deadline_seconds=5.0,
+        )
