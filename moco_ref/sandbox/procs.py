@@ -42,6 +42,7 @@ class ProcessInfo:
     sid: int
     state: str  # "R", "S", "Z" (zombie), …
     start: int  # clock ticks after boot: (pid, start) names a process even if pids are reused
+    cpu_ticks: int = 0  # user + system time, its own and its reaped children's
 
     @property
     def alive(self) -> bool:
@@ -63,7 +64,7 @@ def read_info(pid: int) -> ProcessInfo | None:
     fields = raw[raw.rfind(")") + 2 :].split()
     try:
         return ProcessInfo(pid, int(fields[1]), int(fields[2]), int(fields[3]), fields[0],
-                           int(fields[19]))
+                           int(fields[19]), sum(int(value) for value in fields[11:15]))
     except (IndexError, ValueError):
         return None
 

@@ -371,17 +371,10 @@ class JobWatch:
         except (OSError, ValueError, IndexError):
             return 0
 
-    def _cpu(self, pid: int) -> float:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-            return sum(int(value) for value in fields[11:15]) / self._tick  # u, s, cu, cs
-        except (OSError, IndexError, ValueError):
-            return 0.0
-
     def check(self) -> None:
-        members = procs.descendants([self.supervisor])
-        cpu = sum(self._cpu(pid) for pid in members)
+        table = procs.all_processes()  # one read of every /proc/PID/stat per check
+        members = procs.descendants([self.supervisor], table)
+        cpu = sum(table[pid].cpu_ticks for pid in members) / self._tick
         memory = sum(self._resident(pid) for pid in members)  # cheap, and never below PSS
         if self.memory and memory > self.memory:  # only then the exact, costlier sum
             memory = sum(self._proportional(pid) for pid in members)
