@@ -41,7 +41,7 @@ RELOCATED_TMP = "/opt/host-tmp"
 # in-process modules
 VIEW_FILES = ("__init__.py", "observe", "sandbox/__init__.py", "sandbox/zygote.py",
               "sandbox/procs.py", "sandbox/jobspace.py", "sandbox/confine.py",
-              "sandbox/seccomp.py")
+              "sandbox/seccomp.py", "sandbox/clib.py")
 SYSTEM_TOP = ("usr", "lib", "lib32", "lib64", "bin", "sbin")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "localtime")
 ETC_GENERATED = {

@@ -17,6 +17,7 @@ import ctypes
 import os
 
 from moco_ref.sandbox import seccomp
+from moco_ref.sandbox.clib import c_library, check_call
 
 UNPRIVILEGED = 65534
 CLONE_NEWUSER = 0x10000000
@@ -36,18 +37,6 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
-def _libc():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                           ctypes.c_ulong]
-    return libc
-
-
-def _fail(what: str) -> OSError:
-    number = ctypes.get_errno()
-    return OSError(number, f"{what}: {os.strerror(number)}")
-
-
 def _write(path: str, text: str) -> None:
     with open(path, "w") as handle:
         handle.write(text)
@@ -55,10 +44,9 @@ def _write(path: str, text: str) -> None:
 
 def become_unprivileged() -> None:
     """A user namespace of this process's own, as uid/gid 65534."""
-    libc = _libc()
+    libc = c_library()
     outer_uid, outer_gid = os.getuid(), os.getgid()
-    if libc.unshare(CLONE_NEWUSER) != 0:
-        raise _fail("unshare(CLONE_NEWUSER)")
+    check_call(libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{UNPRIVILEGED} {outer_uid} 1")
     _write("/proc/self/gid_map", f"{UNPRIVILEGED} {outer_gid} 1")
@@ -66,15 +54,15 @@ def become_unprivileged() -> None:
 
 def drop_capabilities() -> None:
     """Empty every capability set (the bounding set first, while CAP_SETPCAP is held)."""
-    libc = _libc()
+    libc = c_library()
     for capability in range(64):
         if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
             break  # past the last capability this kernel knows
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
-    if libc.syscall(SYS_CAPSET_X86_64, ctypes.byref(header), ctypes.byref(data)) != 0:
-        raise _fail("capset")
+    check_call(libc.syscall(SYS_CAPSET_X86_64, ctypes.byref(header), ctypes.byref(data)),
+               "capset")
 
 
 def confine() -> None:

@@ -21,11 +21,12 @@ The submission's process then leaves this user namespace for one of its own
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import os
 import socket
 import struct
+
+from moco_ref.sandbox.clib import c_library, check_call
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -48,30 +49,20 @@ HOSTNAME = b"moco-ref"
 SCRATCH = "/tmp"
 
 
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, f"{what}: {os.strerror(number)}")
-
-
 def enter(*, scratch_mb: int) -> None:
     """New mount, PID (for the children), network, IPC and UTS namespaces for this
     single-threaded process, with a ``scratch_mb`` tmpfs on ``SCRATCH``."""
-    libc = _libc()
+    libc = c_library()
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-    _check(libc.unshare(flags), "unshare")
-    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+    check_call(libc.unshare(flags), "unshare")
+    check_call(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
     options = f"size={int(scratch_mb)}m,mode=1777".encode()
-    _check(libc.mount(b"tmpfs", SCRATCH.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
+    check_call(libc.mount(b"tmpfs", SCRATCH.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
            "mount the scratch")
     if os.path.isdir("/dev/shm"):  # POSIX semaphores (multiprocessing) need it writable
-        _check(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, options),
+        check_call(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, options),
                "mount /dev/shm")
-    _check(libc.sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
+    check_call(libc.sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
     try:
         _loopback_up()
     except OSError:
@@ -83,14 +74,14 @@ def fresh_proc() -> None:
     scratch) whose ``/proc`` shows the job's PID namespace only. The supervisor keeps the
     sandbox's ``/proc``: it watches the job's processes by their pids there. bwrap's read-only
     covers under the old ``/proc`` go first (they belong to the same user namespace)."""
-    libc = _libc()
-    _check(libc.unshare(CLONE_NEWNS), "unshare the job's init's mount namespace")
-    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+    libc = c_library()
+    check_call(libc.unshare(CLONE_NEWNS), "unshare the job's init's mount namespace")
+    check_call(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
     with open("/proc/self/mountinfo") as handle:
         points = [line.split()[4] for line in handle]
     for point in sorted((p for p in points if p.startswith("/proc/")), key=len, reverse=True):
         libc.umount2(point.encode(), MNT_DETACH)
-    _check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+    check_call(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
            "mount /proc")
 
 

@@ -32,6 +32,8 @@ import os
 import platform
 import struct
 
+from moco_ref.sandbox.clib import c_library, check_call
+
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -135,15 +137,10 @@ def install() -> None:
     reason = available()
     if reason:
         raise OSError(errno.ENOSYS, reason)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                           ctypes.c_ulong]
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, f"no_new_privs: {os.strerror(number)}")
+    libc = c_library()
+    check_call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     code = program()
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, f"seccomp: {os.strerror(number)}")
+    check_call(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0),
+               "seccomp")
