@@ -73,7 +73,8 @@ def grade(namespace: dict, style: str, options: GradeOptions | None = None):
 
 
 def not_passed_families(results) -> set[str]:
-    return {r.family for r in results if r.status in (Status.FAILED, Status.ERROR, Status.TIMEOUT)}
+    return {r.family for r in results
+            if r.status in (Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.NOT_JUDGED)}
 
 
 def explain(results) -> str:

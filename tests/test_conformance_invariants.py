@@ -32,6 +32,7 @@ from moco_ref.judge.invariants import (
     rotation_of,
 )
 from moco_ref.judge.invariants.loss import FORM_CHOICES
+from moco_ref.judge.invariants.loss_diagnosis import departure, diagnose_loss
 
 # =========================================================================== fifo (I2, I3)
 
@@ -202,8 +203,9 @@ def _step(seed: int, *, first: bool = False, batch: int = 6, queue: int = 10, di
     keys = F.normalize(torch.randn(queue, dim, generator=g, dtype=torch.float64), dim=1)
     key_ids = torch.cat([ids[:3], torch.randint(0, 12, (queue - 3,), generator=g)])
     before = (keys[:0], key_ids[:0]) if first else (keys, key_ids)
-    after = (torch.cat([before[0], F.normalize(k, dim=1)]), torch.cat([before[1], ids]))
-    negatives = {"before": before, "after": after}
+    current = (torch.cat([before[0], F.normalize(k, dim=1)]), torch.cat([before[1], ids]))
+    after = current if first else (current[0][batch:], current[1][batch:])  # capacity = queue
+    negatives = {"before": before, "after": after, "with-current": current}
     if recomputed:
         negatives["recomputed"] = (keys[:0], key_ids[:0]) if first else (
             F.normalize(keys + 0.2, dim=1), key_ids)
@@ -278,3 +280,48 @@ def test_identify_loss_form_admits_an_unknown_loss():
     steps = [replace(s, grad=3.0 * s.grad + 0.01) for s in steps]
     fit = identify_loss_form(steps, 0.2, fit_temperature=False)
     assert not fit.all_match
+
+
+# --------------------------------------------------------------------------- step by step
+
+
+def test_diagnosis_explains_a_rule_that_changes_over_the_run():
+    """Steps 0–2 computed the reference loss, steps 3–4 no mask: no single form fits, and the
+    diagnosis names each run with its own form."""
+    steps = [_step(40, first=True)] + [_step(40 + i) for i in range(1, 5)]
+    no_mask = replace(REFERENCE_FORM, mask="none")
+    observed = _observed(REFERENCE_FORM, steps[:3]) + _observed(no_mask, steps[3:])
+    fit = identify_loss_form(observed, 0.2)
+    assert not fit.all_match
+    diagnosis = diagnose_loss(observed, fit)
+    assert diagnosis.all_explained
+    assert [(a, b, f.mask) for a, b, f in diagnosis.runs()] == [
+        (0, 2, "same-source"), (3, 4, "none")]
+    assert diagnosis.steps_where("mask", ("none",)) == [3, 4]
+    assert "steps 3–4: no same-source mask" in diagnosis.narrative()
+
+
+def test_diagnosis_reduces_a_form_to_what_a_step_can_show():
+    """Labels of ones change nothing at an empty-queue step (the in-batch branch has its own
+    labels): that step is explained by the reference, the others by the labels."""
+    steps = [_step(50, first=True)] + [_step(50 + i) for i in range(1, 3)]
+    ones = replace(REFERENCE_FORM, labels="ones")
+    diagnosis = diagnose_loss(_observed(ones, steps), identify_loss_form(_observed(ones, steps),
+                                                                        0.2))
+    assert diagnosis.form_at(0) == REFERENCE_FORM
+    assert diagnosis.steps_where("labels", ("ones",)) == [1, 2]
+
+
+def test_diagnosis_leaves_an_unknown_loss_unexplained_and_locates_it():
+    """A gradient no candidate explains stays unexplained; the departure names the columns its
+    difference lies along (here: only the positive's weight was changed)."""
+    step = _step(60)
+    value, grad = form_gradient(REFERENCE_FORM, step, 0.2)
+    q = F.normalize(step.z, dim=1)
+    k = F.normalize(step.k, dim=1)
+    tangent = k - (k * q).sum(1, keepdim=True) * q  # along the positive, through normalize
+    odd = replace(step, grad=grad + 3.0 * tangent / step.z.norm(dim=1, keepdim=True))
+    fit = identify_loss_form([odd], 0.2, fit_temperature=False)
+    diagnosis = diagnose_loss([odd], fit)
+    assert diagnosis.unexplained == [0]
+    assert "the positive" in departure(odd, REFERENCE_FORM, 0.2)

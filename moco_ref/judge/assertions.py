@@ -7,9 +7,10 @@ last 240 keys (arrivals 210–449), got the first 240 (arrivals 0–239)". The m
 comes first, so a reader knows what to fix before reading numbers; the evidence names the
 step and the source ids, so nobody needs a debugger to find the moment it went wrong.
 
-A check raises ``CheckFailure`` (failed), ``NotExercised`` (the probe could not exercise
-the invariant: not applicable, never passed) or ``SubmissionError`` (the submission raised
-or the grader could not follow it: an error).
+A check raises ``CheckFailure`` (failed), ``NotJudged`` (a precondition judged by another
+check failed), ``NotExercised`` (the submission never reached the situation the check is
+about: not judged either, never passed) or ``SubmissionError`` (the submission raised or the
+grader could not follow it: an error).
 """
 
 from __future__ import annotations
@@ -51,6 +52,21 @@ class CheckFailure(AssertionError):
 
 class NotExercised(Exception):
     """The probe did not reach the situation the check is about (reported as not applicable)."""
+
+
+class NotRequired(Exception):
+    """The style's protocol makes the part this check reads optional and the submission left it
+    out (reported as not applicable)."""
+
+
+class NotJudged(Exception):
+    """A precondition another check judges failed, so this one cannot be judged: reported
+    "not judged: needs <check>", without points, the other check carrying the explanation."""
+
+    def __init__(self, needs: str, reason: str) -> None:
+        self.needs = needs
+        self.reason = reason
+        super().__init__(f"not judged: needs {needs} ({reason})")
 
 
 class SubmissionError(Exception):

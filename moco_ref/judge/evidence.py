@@ -36,6 +36,7 @@ from moco_ref.judge.invariants import (
     match_rows,
     queue_contents,
 )
+from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis, diagnose_loss
 from moco_ref.observe import record_schema as schema
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.strategies import LabProbe, cases_fingerprint, component_cases
@@ -482,12 +483,17 @@ class LabEvidence:
         values = self.stored_values()
         d = values.shape[1]
         any_recomputed = any(s.recomputed is not None for s in self.steps)
-        inputs = []
+        inputs, offset = [], 0
         for t, s in enumerate(self.steps):
             negatives = {}
             for name, count in (("before", t), ("after", t + 1)):
                 positions, ids = queue.held_after(count)
                 negatives[name] = (values[positions], ids)
+            held, held_ids = negatives["before"]
+            current = values[offset:offset + len(s.ids)]  # this batch's keys, as stored
+            negatives["with-current"] = (torch.cat([held, current]),
+                                         torch.cat([held_ids, s.ids.to(held_ids.dtype)]))
+            offset += len(s.ids)
             if any_recomputed:
                 if s.recomputed is None:
                     negatives["recomputed"] = (torch.empty(0, d, dtype=torch.float64),
@@ -507,6 +513,19 @@ class LabEvidence:
                 "called on a loss computed from query(view)?"
             )
         return identify_loss_form(self.loss_inputs, self.options.temperature)
+
+    @cached_property
+    def loss_diagnosis(self) -> LossDiagnosis:
+        return diagnose_loss(self.loss_inputs, self.loss)
+
+    def queue_context(self, t: int) -> str:
+        """``the queue holding 240 keys, 3 of them from a query's own image``."""
+        held = len(self.loss_inputs[t].negatives["before"][1])
+        if not held:
+            return "the queue empty"
+        pairs = self.collisions(t)
+        return f"the queue holding {held} keys" + (
+            f", {pairs} (query, key) pairs from one image" if pairs else "")
 
     def collisions(self, t: int, negatives: str = "before") -> int:
         """How many (query, negative) pairs of step t share a source id."""

@@ -11,7 +11,13 @@ from __future__ import annotations
 import time
 import traceback
 
-from moco_ref.judge.assertions import CheckFailure, NotExercised, SubmissionError
+from moco_ref.judge.assertions import (
+    CheckFailure,
+    NotExercised,
+    NotJudged,
+    NotRequired,
+    SubmissionError,
+)
 from moco_ref.judge.gaps import PartNotObserved
 from moco_ref.judge.registry import CheckSpec, all_checks, not_applicable_reason
 from moco_ref.judge.results import CheckResult, Status
@@ -73,8 +79,12 @@ def run_check(spec: CheckSpec, style: str, evidence: object) -> CheckResult:
             **failure.details,
         }
         return _result(spec, Status.FAILED, failure.message, details)
-    except NotExercised as reason:
+    except NotRequired as reason:
         return _result(spec, Status.NOT_APPLICABLE, str(reason))
+    except NotJudged as reason:
+        return _result(spec, Status.NOT_JUDGED, str(reason), {"needs": reason.needs})
+    except NotExercised as reason:
+        return _result(spec, Status.NOT_JUDGED, str(reason))
     except PartNotObserved as gap:
         return _result(spec, Status.TIMEOUT if gap.gap.timed_out else Status.ERROR, str(gap))
     except SubmissionError as error:

@@ -12,7 +12,8 @@ class Status(str, Enum):
     FAILED = "failed"
     ERROR = "error"  # the check could not run: the submission raised or gave no observation
     TIMEOUT = "timeout"
-    NOT_APPLICABLE = "not applicable"
+    NOT_JUDGED = "not judged"  # a precondition failed (another check names it) or never reached
+    NOT_APPLICABLE = "not applicable"  # the check never applies to the style
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ _STATUS_STYLES = {
     Status.FAILED: "bold red",
     Status.ERROR: "magenta",
     Status.TIMEOUT: "yellow",
+    Status.NOT_JUDGED: "cyan",
     Status.NOT_APPLICABLE: "dim",
 }
 
@@ -252,7 +253,7 @@ def junit_tree(
     reports: list[SubmissionReport], options: GradeOptions | None = None
 ) -> ET.ElementTree:
     """One ``<testsuite>`` per submission, one ``<testcase>`` per check: failed → ``<failure>``,
-    error/timeout → ``<error>``, not applicable → ``<skipped>``. A submission that is not
+    error/timeout/not judged → ``<error>``, not applicable → ``<skipped>``. A submission that is not
     gradable gets a single errored test case holding the traceback."""
     suites = ET.Element("testsuites", name="moco-ref")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -288,7 +289,7 @@ def junit_tree(
                 body += "\nrerun: " + rerun_command(report.submission, result.check_id, options)
             if result.status is Status.FAILED:
                 node, counts["failures"] = ET.SubElement(case, "failure"), counts["failures"] + 1
-            elif result.status in (Status.ERROR, Status.TIMEOUT):
+            elif result.status in (Status.ERROR, Status.TIMEOUT, Status.NOT_JUDGED):
                 node, counts["errors"] = ET.SubElement(case, "error"), counts["errors"] + 1
             elif result.status is Status.NOT_APPLICABLE:
                 node, counts["skipped"] = ET.SubElement(case, "skipped"), counts["skipped"] + 1

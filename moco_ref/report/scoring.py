@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from moco_ref.judge.results import Status, SubmissionReport
 from moco_ref.observe.options import GradeOptions
 
-NOT_PASSED = (Status.FAILED, Status.ERROR, Status.TIMEOUT)
+NOT_PASSED = (Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.NOT_JUDGED)
 _EPSILON = 1e-9
 
 

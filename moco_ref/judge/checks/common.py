@@ -3,32 +3,69 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import NoReturn
 
 from moco_ref.core.contrastive import contrastive_logits
 from moco_ref.judge.assertions import (
+    NotJudged,
     SubmissionError,
     at_step,
+    fail,
     fmt_ids,
     require,
 )
 from moco_ref.judge.builder_evidence import BuilderEvidence
 from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
 from moco_ref.judge.invariants import (
+    REFERENCE_FORM,
     fifo_contents,
     form_gradient,
     gradient_error,
 )
+from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis
+
+NEEDS_LOSS = "I8-loss-matches-recomputation"
 
 
-def judgeable_loss(ev: LabEvidence, what: str):
-    fit = ev.loss
-    if not fit.all_match:
-        bad = next(i for i, ok in enumerate(fit.matched) if not ok)
-        raise SubmissionError(
-            f"cannot judge {what}: the loss could not be recomputed from the recorded q, k and "
-            f"queue ({ev.step_where(bad)} differs from every known form; see "
-            "I8-loss-matches-recomputation)")
-    return fit
+def steps_text(steps: list[int]) -> str:
+    """``step 4``, ``steps 4–11`` or ``steps 1–3, 7`` (runs of consecutive steps)."""
+    runs: list[list[int]] = []
+    for t in steps:
+        if runs and runs[-1][-1] == t - 1:
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    shown = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs[:4])
+    more = f", … ({len(steps)} in all)" if len(runs) > 4 else ""
+    return f"step{'s' if len(steps) > 1 else ''} {shown}{more}"
+
+
+def loss_steps(ev: LabEvidence, what: str, relevant=None) -> tuple[LossDiagnosis, list[int]]:
+    """The diagnosis, and the steps (of those ``relevant(t)`` selects) whose loss the grader
+    could explain; ``NotJudged`` when there are relevant steps and it could explain none."""
+    diagnosis = ev.loss_diagnosis
+    chosen = [t for t in range(len(ev.steps)) if relevant is None or relevant(t)]
+    explained = [t for t in chosen if diagnosis.form_at(t) is not None]
+    if chosen and not explained:
+        raise NotJudged(NEEDS_LOSS, f"{what} cannot be read from a loss the grader cannot "
+                                    f"recompute, at {steps_text(chosen)}")
+    return diagnosis, explained
+
+
+def factor_fault(diagnosis: LossDiagnosis, steps: list[int], factor: str, bad: tuple[str, ...]):
+    """``(first step, every such step, its form)`` of the given steps whose loss has
+    ``factor`` in ``bad``, or None."""
+    faulty = diagnosis.steps_where(factor, bad, steps)
+    if not faulty:
+        return None
+    return faulty[0], faulty, diagnosis.form_at(faulty[0])
+
+
+def fault_where(ev: LabEvidence, faulty: list[int]) -> str:
+    """``at steps 4–11 (first: step 4 (epoch 0, ids […]), the queue holding 240 keys)``."""
+    t = faulty[0]
+    return f"at {steps_text(faulty)} (first: {ev.step_where(t)}, {ev.queue_context(t)})"
 
 
 def loss_form_error(ev: LabEvidence, form, t: int, temperature: float | None = None) -> float:
@@ -36,17 +73,30 @@ def loss_form_error(ev: LabEvidence, form, t: int, temperature: float | None = N
     return math.inf if result is None else gradient_error(ev.steps[t].grad, result[1])
 
 
-def evidence_step(ev: LabEvidence, fit, alternative, predicate=lambda t: True) -> int:
-    """The first step where ``alternative`` is told apart from the identified form."""
-    for t in range(len(ev.steps)):
-        if predicate(t) and loss_form_error(ev, alternative, t, fit.temperature) > fit.tolerance:
-            return t
-    return 0
+def gradient_evidence(ev: LabEvidence, diagnosis: LossDiagnosis, alternative, t: int) -> str:
+    return (f"(dL/dq matches it to {diagnosis.steps[t].error:.1e}; the expected form is off by "
+            f"{loss_form_error(ev, alternative, t, diagnosis.temperature):.1e})")
 
 
-def gradient_evidence(ev: LabEvidence, fit, alternative, t: int) -> str:
-    return (f"(dL/dq matches it to {fit.errors[t]:.1e}; the expected form is off by "
-            f"{loss_form_error(ev, alternative, t, fit.temperature):.1e})")
+def fail_factor(ev: LabEvidence, diagnosis: LossDiagnosis, fault, factor: str,
+                misconception: str, *, expected: str, got: str) -> NoReturn:
+    """Fail with the steps whose loss has the faulty ``factor``, the gradient evidence at the
+    first of them, and, when the loss changes over the run, which steps computed what."""
+    t, faulty, form = fault
+    expected_form = replace(form, **{factor: getattr(REFERENCE_FORM, factor)})
+    got = f"{got} {gradient_evidence(ev, diagnosis, expected_form, t)}"
+    if len(diagnosis.runs()) > 1:
+        got += f"; over the run, {diagnosis.narrative(ev.queue_context)}"
+    fail(misconception, where=fault_where(ev, faulty), expected=expected, got=got,
+         details={"steps": faulty, "loss_by_step": diagnosis.narrative(ev.queue_context, 12)})
+
+
+def judgeable_loss_note(diagnosis: LossDiagnosis, steps: list[int], total: int) -> str | None:
+    """Said on a pass judged on fewer steps than the run has."""
+    if len(steps) == total:
+        return None
+    return (f"judged on the {len(steps)} steps whose loss the grader could explain "
+            f"(see {NEEDS_LOSS})")
 
 
 def builder_where(step: int, after: bool = False) -> str:
@@ -66,10 +116,6 @@ def judgeable_logits(ev: BuilderEvidence, what: str):
             f"queue ({builder_where(bad)} differs from every known form; see "
             "I8-loss-matches-recomputation)")
     return fit
-
-
-
-
 
 
 def case_where(number: int, case, enqueue: int | None = None) -> str:

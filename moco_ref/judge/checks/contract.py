@@ -8,6 +8,7 @@ import math
 import torch
 
 from moco_ref.judge.assertions import (
+    NotJudged,
     SubmissionError,
     assert_close,
     at_step,
@@ -163,16 +164,18 @@ def contract_history_epoch_means_lab(ev: LabEvidence) -> str | None:
     require(len(history) == epochs, "history must hold one mean loss per epoch",
             expected=f"{epochs} values (the probe trains {epochs} epochs)",
             got=f"{len(history)}: {fmt_values(history)}")
-    fit = ev.loss
-    if fit.form.mask == "positive-too":
+    diagnosis = ev.loss_diagnosis
+    if diagnosis.steps_where("mask", ("positive-too",)):
         return "values not compared: with the positive masked the loss is set by the mask constant"
     compared = 0
     for epoch in range(epochs):
-        steps = [s for s in ev.steps if s.epoch == epoch]
-        losses = [fit.losses[s.index] for s in steps]
-        # an epoch whose loss the grader cannot recompute is I8's charge, not this check's
-        if not losses or any(v is None for v in losses) or not all(
-                fit.matched[s.index] for s in steps):
+        steps = [s.index for s in ev.steps if s.epoch == epoch]
+        forms = [diagnosis.form_at(t) for t in steps]
+        losses = [diagnosis.steps[t].loss for t in steps]
+        # an epoch whose loss the grader cannot recompute is I8's charge, not this check's;
+        # an infinite recomputed loss (a label on a masked column) is set by the mask constant
+        if not steps or any(f is None for f in forms) or any(
+                v is None or not math.isfinite(v) for v in losses):
             continue
         compared += 1
         expected = sum(losses) / len(losses)
@@ -183,8 +186,8 @@ def contract_history_epoch_means_lab(ev: LabEvidence) -> str | None:
                  expected=f"{expected:.6g} (mean of the recomputed step losses "
                           f"{fmt_values(losses, 4)})", got=f"{got:.6g}")
     if not compared:
-        return ("values not compared: the loss is not one the grader can recompute "
-                "(I8-loss-matches-recomputation says why)")
+        raise NotJudged("I8-loss-matches-recomputation",
+                        "no epoch's loss values could be recomputed")
     return None
 
 

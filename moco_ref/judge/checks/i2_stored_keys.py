@@ -17,7 +17,8 @@ from moco_ref.judge.builder_evidence import BuilderEvidence
 from moco_ref.judge.checks.common import (
     builder_where,
     case_where,
-    judgeable_loss,
+    judgeable_loss_note,
+    loss_steps,
     queue_runs,
 )
 from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
@@ -152,15 +153,15 @@ def i2_negatives_not_recomputed_lab(ev: LabEvidence) -> str | None:
     """The negatives of each step are the queue's stored keys; the key encoder is not run
     again on the queued images (that would make old keys move with θk, which MoCo's queue
     exists to avoid)."""
-    fit = judgeable_loss(ev, "whether the negatives were recomputed")
-    if fit.form.negatives == "recomputed":
+    diagnosis, steps = loss_steps(ev, "whether the negatives were recomputed")
+    if diagnosis.steps_where("negatives", ("recomputed",), steps):
         step = next(s for s in ev.steps if s.recomputed is not None)
         fail("the queue was re-encoded with the current key encoder before the loss",
              where=at_step(step.index, step.ids),
              expected="negatives read from the stored queue",
              got=f"{len(step.recomputed[1])} queued images re-encoded by the key encoder and "
                  "used as negatives")
-    return None
+    return judgeable_loss_note(diagnosis, steps, len(ev.steps))
 
 
 @NEGATIVES_NOT_RECOMPUTED.judges('builder')

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from moco_ref.core.contrastive import same_source_mask
 from moco_ref.judge.assertions import (
     NotExercised,
-    at_step,
     fail,
 )
 from moco_ref.judge.checks.common import (
-    evidence_step,
-    gradient_evidence,
-    judgeable_loss,
+    factor_fault,
+    fail_factor,
+    judgeable_loss_note,
     logits_runs,
+    loss_steps,
 )
 from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
 from moco_ref.judge.invariants import (
@@ -26,15 +24,18 @@ from moco_ref.judge.invariants.logits import masked_columns
 from moco_ref.judge.registry import check
 
 
-def _same_source_mass(ev: LabEvidence, fit, t: int) -> float:
+def _same_source_mass(ev: LabEvidence, form, temperature: float, t: int) -> float:
+    """The mean probability the step's loss puts on a query's same-source negatives."""
     step = ev.loss_inputs[t]
-    keys, ids = step.negatives[fit.form.negatives]
+    keys, ids = step.negatives[form.negatives]
     q, k = step.z.to(torch.float64), step.k.to(torch.float64)
-    if fit.form.normalize != "q-raw":
+    if form.normalize != "q-raw":
         q = torch.nn.functional.normalize(q, dim=1)
-    if fit.form.normalize != "k-raw":
+    if form.normalize != "k-raw":
         k = torch.nn.functional.normalize(k, dim=1)
-    logits, _ = form_logits(fit.form, q, k, keys, ids, step.ids, fit.temperature)
+    logits, _ = form_logits(form, q, k, keys, ids, step.ids, temperature)
+    if logits.shape[1] != 1 + len(ids):
+        return 0.0
     p = logits.softmax(dim=1)[:, 1:]  # [B, n]
     same = same_source_mask(step.ids, ids)  # [B, n]
     rows = same.any(dim=1)
@@ -55,22 +56,32 @@ SAME_SOURCE_MASKED = check(
 @SAME_SOURCE_MASKED.judges('lab')
 def i4_same_source_masked_lab(ev: LabEvidence) -> str | None:
     """A queue entry whose source id equals the query's id gets probability exactly 0 (masked
-    with −inf or a large negative number); entries of other sources are never masked."""
-    fit = judgeable_loss(ev, "the same-source mask")
-    colliding = [t for t in range(len(ev.steps))
-                 if ev.collisions(t, fit.form.negatives if fit.form.negatives != "recomputed"
-                                  else "before")]
-    if not colliding:
-        raise NotExercised("not exercised: no query met a queued key of its own image")
-    if fit.form.mask != "none":
-        return f"{sum(ev.collisions(t) for t in colliding)} same-source pairs masked"
-    expected_form = replace(fit.form, mask="same-source")
-    t = evidence_step(ev, fit, expected_form, lambda s: s in colliding)
-    mass = _same_source_mass(ev, fit, t)
-    fail("same-source negatives were not masked", where=at_step(t, ev.steps[t].ids),
-         expected=f"probability 0 for the {ev.collisions(t)} negatives from a query's own image",
-         got=f"{mass:.3g} of each such query's probability on them, on average "
-             + gradient_evidence(ev, fit, expected_form, t))
+    with −inf or a large negative number, not 0); entries of other sources are never masked
+    (the mask compares ids with ``==``). Judged at every step whose loss uses the queue."""
+    diagnosis, steps = loss_steps(
+        ev, "the same-source mask", lambda t: len(ev.loss_inputs[t].negatives["before"][1]) > 0)
+    fault = factor_fault(diagnosis, steps, "mask", ("none", "fill-zero", "inverted"))
+    if fault:
+        t, _, form = fault
+        rule = form.mask
+        if rule == "inverted":
+            fail_factor(ev, diagnosis, fault, "mask",
+                        "the mask is inverted: it hides every negative from another image and "
+                        "keeps the same-source ones (ids compared with != instead of ==)",
+                        expected=f"only the {ev.collisions(t)} same-source negatives masked",
+                        got="all other-source negatives masked")
+        mass = _same_source_mass(ev, form, diagnosis.temperature, t)
+        fail_factor(ev, diagnosis, fault, "mask",
+                    "same-source negatives were not masked" if rule == "none" else
+                    "same-source logits were set to 0, not −∞: e^0 still counts in the softmax",
+                    expected=f"probability 0 for the {ev.collisions(t)} negatives from a "
+                             "query's own image",
+                    got=f"{mass:.3g} of each such query's probability on them, on average")
+    if not any(ev.collisions(t) for t in steps):
+        raise NotExercised("not judged: no query met a queued key of its own image")
+    pairs = sum(ev.collisions(t) for t in steps)
+    return judgeable_loss_note(diagnosis, steps, len(ev.steps)) or (
+        f"{pairs} same-source pairs masked")
 
 
 @SAME_SOURCE_MASKED.judges('components')
@@ -108,18 +119,17 @@ POSITIVE_NEVER_MASKED = check(
 def i4_positive_never_masked_lab(ev: LabEvidence) -> str | None:
     """Column 0, the positive ``q·k⁺/T``, is never masked, even though k⁺ comes from the
     query's own image."""
-    fit = judgeable_loss(ev, "the positive")
-    if fit.form.mask != "positive-too":
-        return None
-    expected_form = replace(fit.form, mask="same-source")
-    t = evidence_step(ev, fit, expected_form, lambda s: len(ev.loss_inputs[s].negatives[
-        fit.form.negatives][1]) > 0)
-    fail("the positive was masked along with the same-source negatives (its id equals the "
-         "query's)", where=at_step(t, ev.steps[t].ids),
-         expected="the positive logit q·k⁺/T in column 0",
-         got="column 0 masked: the loss is −ln 0 up to the mask constant and the gradient "
-             "reaches q only through the negatives "
-             + gradient_evidence(ev, fit, expected_form, t))
+    diagnosis, steps = loss_steps(
+        ev, "the positive", lambda t: len(ev.loss_inputs[t].negatives["before"][1]) > 0)
+    fault = factor_fault(diagnosis, steps, "mask", ("positive-too",))
+    if fault:
+        fail_factor(ev, diagnosis, fault, "mask",
+                    "the positive was masked along with the same-source negatives (its id "
+                    "equals the query's)",
+                    expected="the positive logit q·k⁺/T in column 0",
+                    got="column 0 masked: the loss is −ln 0 up to the mask constant and the "
+                        "gradient reaches q only through the negatives")
+    return judgeable_loss_note(diagnosis, steps, len(ev.steps))
 
 
 @POSITIVE_NEVER_MASKED.judges('components')

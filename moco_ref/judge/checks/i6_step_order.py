@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from moco_ref.judge.assertions import (
-    NotExercised,
     assert_close,
     at_step,
     fail,
@@ -69,8 +68,8 @@ def i6_ema_uses_current_query(ev: LabEvidence) -> str | None:
     the key forward inside ``forward``) is neither order."""
     ema = ev.ema
     if ema.uses == "none":
-        raise NotExercised("not exercised: the key encoder never moved, so the place of the EMA "
-                           "in the step cannot be observed (see I7)")
+        # no EMA at all is I7's charge; there is no place in the step to get wrong
+        return "the key encoder never moved, so no EMA could be out of order (I7 judges the EMA)"
     if ema.uses == "stale" or ema.trailing == "stale":
         stale = [u for u in ema.updates if u.fits_stale and not u.fits_current] or ema.updates
         update = next((u for u in stale if u.residual_current > 0.05 and u.residual_stale < 0.05),

@@ -4,7 +4,6 @@ in-batch negatives while the queue is empty."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import torch
 
@@ -18,12 +17,13 @@ from moco_ref.judge.assertions import (
 from moco_ref.judge.builder_evidence import BuilderEvidence
 from moco_ref.judge.checks.common import (
     builder_where,
-    evidence_step,
-    gradient_evidence,
+    factor_fault,
+    fail_factor,
+    fault_where,
     judgeable_logits,
-    judgeable_loss,
+    judgeable_loss_note,
     logits_runs,
-    loss_form_error,
+    loss_steps,
 )
 from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
 from moco_ref.judge.invariants import (
@@ -35,7 +35,8 @@ from moco_ref.judge.invariants import (
     logits_error,
 )
 from moco_ref.judge.invariants.logits import BUILDER_FORM, masked_columns
-from moco_ref.judge.invariants.loss import FORM_TEXT
+from moco_ref.judge.invariants.loss import FORM_TEXT, TEMPERATURE_RULES
+from moco_ref.judge.invariants.loss_diagnosis import departure
 from moco_ref.judge.registry import check
 
 LOSS_MATCHES_RECOMPUTATION = check(
@@ -53,30 +54,64 @@ LOSS_MATCHES_RECOMPUTATION = check(
 @LOSS_MATCHES_RECOMPUTATION.judges('lab')
 def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
     """At every step the gradient of the submission's loss w.r.t. the query's projection equals
-    that of a recomputed InfoNCE loss (−ln p⁺, mean over the batch) from the recorded q, k,
-    the queue rebuilt from recorded keys, the ids and T. (Which ingredient differs from the
-    reference is judged by the I4, I8 and I9 checks; this one fails only when no form fits.)"""
-    fit = ev.loss
-    if fit.all_match:
-        return "matches " + fit.form.describe()
-    t = next(i for i, ok in enumerate(fit.matched) if not ok)
-    step = ev.steps[t]
-    if step.grad is None:
-        fail("no gradient of the loss reached the query encoder", where=at_step(t, step.ids),
-             expected="loss.backward() through q = normalize(query(view)[1])", got="no gradient")
+    that of a recomputed InfoNCE loss from the recorded q, k, the queue rebuilt from recorded
+    keys, the ids and T — in the reference's form or in a known mistaken one, fitted step by
+    step. This check fails when no form explains a step, when the labels do not point at the
+    positive (column 0), or when the loss is summed instead of averaged; which other
+    ingredient differs is judged by the I2, I4, I8 and I9 check that owns it."""
+    diagnosis = ev.loss_diagnosis
+    unexplained = diagnosis.unexplained
+    if unexplained:
+        t = unexplained[0]
+        step = ev.steps[t]
+        if step.grad is None:
+            fail("no gradient of the loss reached the query encoder", where=at_step(t, step.ids),
+                 expected="loss.backward() through q = normalize(query(view)[1])",
+                 got="no gradient")
+        closest = diagnosis.fit.form
+        runs = "" if len(diagnosis.runs()) == 1 else (
+            f"; over the run, {diagnosis.narrative(ev.queue_context)}")
+        fail("the loss is not one the grader can recompute" + _scale_hint(ev, t, diagnosis),
+             where=fault_where(ev, unexplained),
+             expected=f"dL/dq of {closest.describe()} (T = {diagnosis.temperature:g})",
+             got=f"a gradient off by {diagnosis.steps[t].error:.2g} of its size, "
+                 f"{departure(ev.loss_inputs[t], closest, diagnosis.temperature)}{runs}",
+             details={"steps": unexplained,
+                      "loss_by_step": diagnosis.narrative(ev.queue_context, 12)})
+    steps = list(range(len(ev.steps)))
+    fault = factor_fault(diagnosis, steps, "labels", ("ones",))
+    if fault:
+        fail_factor(ev, diagnosis, fault, "labels",
+                    "the labels point at column 1 (the oldest queued key), not at the positive",
+                    expected="labels zeros(B): the positive q·k⁺ is column 0",
+                    got="labels ones(B)")
+    fault = factor_fault(diagnosis, steps, "reduction", ("sum",))
+    if fault:
+        fail_factor(ev, diagnosis, fault, "reduction",
+                    "the loss is summed over the batch instead of averaged",
+                    expected="the batch mean of −ln p⁺ (F.cross_entropy's default)",
+                    got=f"the sum over the {len(ev.steps[fault[0]].ids)} queries")
+    fault = factor_fault(diagnosis, steps, "denominator", ("negatives-only",))
+    if fault:
+        fail_factor(ev, diagnosis, fault, "denominator",
+                    "the positive is left out of the softmax denominator",
+                    expected="−ln p⁺ = −q·k⁺/T + ln(e^(q·k⁺/T) + Σ_neg e^(q·n/T)) "
+                             "(F.cross_entropy over [positive, negatives])",
+                    got="−q·k⁺/T + ln Σ_neg e^(q·n/T)")
+    if len(diagnosis.runs()) == 1:
+        return "matches " + diagnosis.fit.form.describe()
+    return "explained step by step: " + diagnosis.narrative(ev.queue_context)
+
+
+def _scale_hint(ev: LabEvidence, t: int, diagnosis) -> str:
     result = form_gradient(REFERENCE_FORM, ev.loss_inputs[t], ev.options.temperature)
-    hint = ""
-    if result is not None:
-        reference = result[1]
-        scale = float((step.grad.to(torch.float64) * reference).sum() / (reference ** 2).sum())
-        if abs(scale - len(step.ids)) < 0.01 * len(step.ids):
-            hint = " (the loss looks summed over the batch instead of averaged)"
-        elif abs(scale - 1) > 0.01 and gradient_error(step.grad, scale * reference) < fit.tolerance:
-            hint = f" (the loss is the reference's times {scale:.4g})"
-    fail("the loss is not one the grader can recompute" + hint, where=at_step(t, step.ids),
-         expected=f"dL/dq of {fit.form.describe()} (T = {fit.temperature:g})",
-         got=f"a gradient off by {fit.errors[t]:.2g} of its size (the reference loss: off by "
-             f"{loss_form_error(ev, REFERENCE_FORM, t):.2g})")
+    if result is None:
+        return ""
+    reference, observed = result[1], ev.steps[t].grad.to(torch.float64)
+    scale = float((observed * reference).sum() / (reference ** 2).sum())
+    if abs(scale - 1) > 0.01 and gradient_error(observed, scale * reference) < diagnosis.tolerance:
+        return f" (the loss is the reference's times {scale:.4g})"
+    return ""
 
 
 @LOSS_MATCHES_RECOMPUTATION.judges('builder')
@@ -146,8 +181,9 @@ TEMPERATURE_DIVIDES_LOGITS = check(
 
 @TEMPERATURE_DIVIDES_LOGITS.judges('lab')
 def i8_temperature_divides_logits_lab(ev: LabEvidence) -> str | None:
-    """Every logit, the positive and the negatives alike, is a cosine similarity divided by the
-    temperature T (0.2 unless the assignment sets ``--temperature``)."""
+    """Every logit, the positive and the negatives alike, in the queue branch and in the
+    in-batch branch, is a cosine similarity divided by the temperature T (0.2 unless the
+    assignment sets ``--temperature``)."""
     fit = ev.loss
     t_expected = ev.options.temperature
     if fit.temperature_fitted:
@@ -155,19 +191,25 @@ def i8_temperature_divides_logits_lab(ev: LabEvidence) -> str | None:
              expected=f"T = {t_expected:g}",
              got=f"T = {fit.temperature:.4g} (if the assignment uses it, grade with "
                  f"--temperature {fit.temperature:.4g})")
-    fit = judgeable_loss(ev, "the temperature")
+    diagnosis, steps = loss_steps(ev, "the temperature")
     for factor in ("temperature", "warmup_temperature"):
-        rule = getattr(fit.form, factor)
-        if rule == "divide":
-            continue
-        expected_form = replace(fit.form, **{factor: "divide"})
-        t = evidence_step(ev, fit, expected_form)
-        fail(FORM_TEXT[(factor, rule)], where=at_step(t, ev.steps[t].ids),
-             expected=f"logits q·k/T with T = {t_expected:g}",
-             got=("logits q·k·T (as if T were " + f"{1 / t_expected:g})"
-                  if rule == "multiply" else "the positive q·k⁺ not divided by T")
-                 + " " + gradient_evidence(ev, fit, expected_form, t))
-    return None
+        fault = factor_fault(diagnosis, steps, factor, TEMPERATURE_RULES[1:])
+        if fault:
+            rule = getattr(fault[2], factor)
+            fail_factor(ev, diagnosis, fault, factor, FORM_TEXT[(factor, rule)],
+                        expected=f"logits q·k/T with T = {t_expected:g}",
+                        got=TEMPERATURE_GOT[rule].format(T=t_expected, inverse=1 / t_expected,
+                                                         square=t_expected ** 2))
+    return judgeable_loss_note(diagnosis, steps, len(ev.steps))
+
+
+TEMPERATURE_GOT = {
+    "multiply": "logits q·k·T (as if T were {inverse:g})",
+    "positive-undivided": "the positive q·k⁺ not divided by T",
+    "negatives-undivided": "q·k⁺/T but the negatives q·queue undivided",
+    "none": "logits q·k, undivided (as if T were 1)",
+    "twice": "logits q·k/T/T (as if T were {square:g})",
+}
 
 
 @TEMPERATURE_DIVIDES_LOGITS.judges('builder')
@@ -228,15 +270,15 @@ EMBEDDINGS_NORMALIZED = check(
 def i8_embeddings_normalized_lab(ev: LabEvidence) -> str | None:
     """The query and the key are L2-normalized projections, so every logit is a cosine
     similarity over T."""
-    fit = judgeable_loss(ev, "the normalization of q and k")
-    if fit.form.normalize == "both":
-        return None
-    expected_form = replace(fit.form, normalize="both")
-    t = evidence_step(ev, fit, expected_form)
-    which = "q" if fit.form.normalize == "q-raw" else "k"
-    fail(f"{which} was not L2-normalized", where=at_step(t, ev.steps[t].ids),
-         expected=f"{which} = F.normalize({'query' if which == 'q' else 'key'}(view)[1], dim=1)",
-         got=f"the raw projection {gradient_evidence(ev, fit, expected_form, t)}")
+    diagnosis, steps = loss_steps(ev, "the normalization of q and k")
+    fault = factor_fault(diagnosis, steps, "normalize", ("q-raw", "k-raw"))
+    if fault:
+        which = "q" if fault[2].normalize == "q-raw" else "k"
+        fail_factor(ev, diagnosis, fault, "normalize", f"{which} was not L2-normalized",
+                    expected=f"{which} = F.normalize({'query' if which == 'q' else 'key'}"
+                             "(view)[1], dim=1)",
+                    got="the raw projection")
+    return judgeable_loss_note(diagnosis, steps, len(ev.steps))
 
 
 @EMBEDDINGS_NORMALIZED.judges('builder')
@@ -269,22 +311,29 @@ EMPTY_QUEUE_IN_BATCH = check(
 def i8_empty_queue_in_batch_lab(ev: LabEvidence) -> str | None:
     """While the queue is empty (the first step) the loss is the in-batch form: logits
     ``q·kᵀ/T`` ``[B, B]``, labels ``arange(B)`` — each query's positive is its own key and the
-    batch's other keys are its negatives."""
-    fit = judgeable_loss(ev, "the first step's loss")
-    step = ev.steps[0]
-    expected_form = replace(fit.form, empty_queue="in-batch", negatives="before")
-    error = loss_form_error(ev, expected_form, 0, fit.temperature)
-    if error <= fit.tolerance:
-        return None
-    got = {
-        "in-batch-zero-labels": "in-batch logits with labels all 0 (every query told that key 0 "
-                                "is its positive)",
-        "positive-only": "a loss of 0 and no gradient (no warm-up branch: each row had only its "
-                         "positive)",
-    }.get(fit.form.empty_queue, "another loss")
-    fail("the first batch (empty queue) does not use in-batch negatives",
-         where=at_step(0, step.ids), expected="logits q·kᵀ/T [B, B] with labels arange(B)",
-         got=f"{got} (the in-batch form is off by {error:.2g})")
+    batch's other keys are its negatives. Once the queue holds keys, they are the negatives:
+    the in-batch branch is for the empty queue only."""
+    diagnosis, steps = loss_steps(ev, "which branch of the loss each step took")
+    fault = factor_fault(diagnosis, [t for t in steps if t == 0], "empty_queue",
+                         ("in-batch-zero-labels", "positive-only"))
+    if fault:
+        got = {
+            "in-batch-zero-labels": "in-batch logits with labels all 0 (every query told that "
+                                    "key 0 is its positive)",
+            "positive-only": "a loss of 0 and no gradient (no warm-up branch: each row had only "
+                             "its positive)",
+        }[fault[2].empty_queue]
+        fail_factor(ev, diagnosis, fault, "empty_queue",
+                    "the first batch (empty queue) does not use in-batch negatives",
+                    expected="logits q·kᵀ/T [B, B] with labels arange(B)", got=got)
+    fault = factor_fault(diagnosis, [t for t in steps if t > 0], "branch", ("in-batch",))
+    if fault:
+        held = len(ev.loss_inputs[fault[0]].negatives["before"][1])
+        fail_factor(ev, diagnosis, fault, "branch",
+                    "the in-batch (warm-up) branch was used although the queue holds keys",
+                    expected=f"the {held} queued keys as negatives, [q·k⁺, q·queueᵀ]/T",
+                    got="in-batch logits q·kᵀ/T, the queue unused")
+    return judgeable_loss_note(diagnosis, steps, len(ev.steps))
 
 
 KEY_FROM_OTHER_VIEW = check(

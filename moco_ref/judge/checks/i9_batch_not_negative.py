@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from moco_ref.judge.assertions import (
-    at_step,
     fail,
 )
 from moco_ref.judge.builder_evidence import BuilderEvidence
 from moco_ref.judge.checks.common import (
     builder_where,
-    evidence_step,
-    gradient_evidence,
+    factor_fault,
+    fail_factor,
     judgeable_logits,
-    judgeable_loss,
+    judgeable_loss_note,
+    loss_steps,
     pointer_text,
 )
 from moco_ref.judge.evidence import LabEvidence
@@ -35,17 +33,19 @@ BATCH_NOT_OWN_NEGATIVE = check(
 def i9_batch_not_own_negative_lab(ev: LabEvidence) -> str | None:
     """The loss of a batch uses the queue as it was *before* the batch: its keys are enqueued
     after the loss, so they are never negatives for their own batch."""
-    fit = judgeable_loss(ev, "which keys were negatives")
-    if fit.form.negatives != "after":
-        return None
-    expected_form = replace(fit.form, negatives="before")
-    t = evidence_step(ev, fit, expected_form, lambda s: s > 0)
-    before = len(ev.loss_inputs[t].negatives["before"][1])
-    fail("the batch's own keys were negatives (enqueued before the loss)",
-         where=at_step(t, ev.steps[t].ids),
-         expected=f"negatives from the queue before this batch ({before} keys)",
-         got=f"the queue after enqueueing this batch's {len(ev.steps[t].ids)} keys "
-             + gradient_evidence(ev, fit, expected_form, t))
+    diagnosis, steps = loss_steps(ev, "which keys were negatives")
+    fault = factor_fault(diagnosis, steps, "negatives", ("after", "with-current"))
+    if fault:
+        t = fault[0]
+        before = len(ev.loss_inputs[t].negatives["before"][1])
+        got = ("the queue after enqueueing this batch's {n} keys" if fault[2].negatives == "after"
+               else "the queue with this batch's {n} keys appended")
+        fail_factor(ev, diagnosis, fault, "negatives",
+                    "the batch's own keys were negatives (they must join the queue only after "
+                    "the loss)",
+                    expected=f"negatives from the queue before this batch ({before} keys)",
+                    got=got.format(n=len(ev.steps[t].ids)))
+    return judgeable_loss_note(diagnosis, steps, len(ev.steps))
 
 
 @BATCH_NOT_OWN_NEGATIVE.judges('builder')

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from moco_ref.judge.assertions import (
-    NotExercised,
+    NotRequired,
     SubmissionError,
     fail,
     require,
@@ -18,7 +18,7 @@ def warmup_result(ev) -> dict:
     record = ev.warmup or {}
     if not record.get("defined", False):
         if getattr(ev, "style", "lab") == "components":
-            raise NotExercised("moco_warmup is not defined (optional in the components protocol)")
+            raise NotRequired("moco_warmup is not defined (optional in the components protocol)")
         fail("moco_warmup is not defined", expected="a function moco_warmup() -> dict",
              got="no such name")
     if record.get("error"):

@@ -2,20 +2,37 @@
 the forms of known mistakes, its gradient w.r.t. the query's raw projection ``z``, and the
 form that explains an observed gradient.
 
-A *form* fixes five independent choices; the reference's form is the first of each:
+A *form* fixes eight independent choices; the reference's form is the first of each:
 
-================  ==========================================================================
-``temperature``   with a non-empty queue: ``divide`` (logits / T) · ``multiply`` (logits · T) ·
-                  ``positive-undivided`` (only the negatives are divided by T)
-``warmup_temperature``  the same three, in the in-batch branch (an empty queue)
-``normalize``     ``both`` · ``q-raw`` (q not L2-normalized) · ``k-raw`` (k not normalized)
-``mask``          ``same-source`` · ``none`` (no same-source mask) · ``positive-too`` (the mask
-                  also hides the positive)
-``negatives``     ``before`` (the queue before this step's enqueue) · ``after`` (the batch's own
-                  keys enqueued before the loss) · ``recomputed`` (the queue re-encoded now)
-``empty_queue``   ``in-batch`` (q·kᵀ/T, labels arange) · ``in-batch-zero-labels`` ·
-                  ``positive-only`` (no warm-up branch: one logit per row, loss 0)
-================  ==========================================================================
+======================  ====================================================================
+``temperature``         with a non-empty queue: ``divide`` (logits / T) · ``multiply``
+                        (logits · T) · ``positive-undivided`` (only the negatives divided) ·
+                        ``negatives-undivided`` (only the positive divided) · ``none`` ·
+                        ``twice`` (logits / T²)
+``warmup_temperature``  the same, in the in-batch branch
+``normalize``           ``both`` · ``q-raw`` (q not L2-normalized) · ``k-raw``
+``mask``                ``same-source`` · ``none`` · ``positive-too`` (the positive hidden as
+                        well) · ``inverted`` (every other source hidden, ``!=`` for ``==``) ·
+                        ``fill-zero`` (same-source logits set to 0, which still counts)
+``negatives``           ``before`` (the queue before this step's enqueue) · ``after`` (the
+                        batch's own keys enqueued before the loss) · ``with-current`` (the
+                        batch's keys appended to the queue, nothing dropped) · ``recomputed``
+                        (the queue re-encoded now)
+``empty_queue``         ``in-batch`` (q·kᵀ/T, labels arange) · ``in-batch-zero-labels`` ·
+                        ``positive-only`` (no warm-up branch: one logit per row, loss 0)
+``branch``              ``by-queue`` (the in-batch branch only while the queue is empty) ·
+                        ``in-batch`` (in-batch negatives at this step although the queue
+                        holds keys)
+``labels``              ``zeros`` (the positive at column 0) · ``ones`` (column 1)
+``reduction``           ``mean`` over the batch · ``sum``
+``denominator``         ``all`` · ``negatives-only`` (the positive left out of the softmax's
+                        denominator, with a non-empty queue)
+======================  ====================================================================
+
+A form is fitted over all steps, and where it does not explain a step, per step
+(``loss_diagnosis``): a rule that changes with the queue (the mask only once the queue is
+full, the in-batch branch until it is) shows as one form for some steps and another for the
+rest.
 
 The reference's form is computed by the reference (``contrastive_logits``,
 ``in_batch_logits``, ``info_nce_loss``); a mistaken form is the reference's computation with
@@ -36,6 +53,7 @@ from moco_ref.core.contrastive import (
     in_batch_logits,
     info_nce_loss,
     positive_labels,
+    same_source_mask,
 )
 from moco_ref.observe.threads import one_thread
 
@@ -51,6 +69,10 @@ class LossForm:
     mask: str = "same-source"
     negatives: str = "before"
     empty_queue: str = "in-batch"
+    branch: str = "by-queue"
+    labels: str = "zeros"
+    reduction: str = "mean"
+    denominator: str = "all"
 
     def differences(self) -> dict[str, str]:
         """``{factor: value}`` for every choice that is not the reference's."""
@@ -68,34 +90,60 @@ class LossForm:
 
 
 REFERENCE_FORM = LossForm()
+TEMPERATURE_RULES = ("divide", "multiply", "positive-undivided", "negatives-undivided", "none",
+                     "twice")
 FORM_CHOICES: dict[str, tuple[str, ...]] = {
-    "temperature": ("divide", "multiply", "positive-undivided"),
-    "warmup_temperature": ("divide", "multiply", "positive-undivided"),
+    "temperature": TEMPERATURE_RULES,
+    "warmup_temperature": TEMPERATURE_RULES,
     "normalize": ("both", "q-raw", "k-raw"),
-    "mask": ("same-source", "none", "positive-too"),
-    "negatives": ("before", "after", "recomputed"),
+    "mask": ("same-source", "none", "positive-too", "inverted", "fill-zero"),
+    "negatives": ("before", "after", "with-current", "recomputed"),
     "empty_queue": ("in-batch", "in-batch-zero-labels", "positive-only"),
+    "branch": ("by-queue", "in-batch"),
+    "labels": ("zeros", "ones"),
+    "reduction": ("mean", "sum"),
+    "denominator": ("all", "negatives-only"),
 }
 FORM_TEXT: dict[tuple[str, str], str] = {
     ("temperature", "divide"): "logits divided by T",
     ("temperature", "multiply"): "logits multiplied by T instead of divided",
     ("temperature", "positive-undivided"): "only the negatives divided by T, not the positive",
+    ("temperature", "negatives-undivided"): "only the positive divided by T, not the negatives",
+    ("temperature", "none"): "logits not divided by T",
+    ("temperature", "twice"): "logits divided by T twice (by T²)",
     ("warmup_temperature", "divide"): "in-batch logits divided by T",
     ("warmup_temperature", "multiply"): "in-batch logits multiplied by T instead of divided",
     ("warmup_temperature", "positive-undivided"): "in-batch positives not divided by T",
+    ("warmup_temperature", "negatives-undivided"): "in-batch negatives not divided by T",
+    ("warmup_temperature", "none"): "in-batch logits not divided by T",
+    ("warmup_temperature", "twice"): "in-batch logits divided by T twice (by T²)",
     ("normalize", "both"): "q and k L2-normalized",
     ("normalize", "q-raw"): "q not L2-normalized",
     ("normalize", "k-raw"): "k not L2-normalized",
     ("mask", "same-source"): "same-source negatives masked",
     ("mask", "none"): "no same-source mask",
     ("mask", "positive-too"): "the positive masked along with the same-source negatives",
+    ("mask", "inverted"): "the mask inverted: every other-source negative hidden and the "
+                          "same-source ones kept (compared with != instead of ==)",
+    ("mask", "fill-zero"): "same-source logits set to 0 instead of −∞ (e^0 still counts)",
     ("negatives", "before"): "negatives from the queue before this batch",
     ("negatives", "after"): "the batch's own keys among the negatives (enqueued before the loss)",
+    ("negatives", "with-current"): "the batch's own keys appended to the queue's negatives",
     ("negatives", "recomputed"): "negatives re-encoded with the current key encoder",
     ("empty_queue", "in-batch"): "in-batch negatives, labels arange(B), while the queue is empty",
     ("empty_queue", "in-batch-zero-labels"): "in-batch logits with labels all 0 (empty queue)",
     ("empty_queue", "positive-only"): "no warm-up branch: with an empty queue each row has only "
     "its positive and the loss is 0",
+    ("branch", "by-queue"): "the in-batch branch only while the queue is empty",
+    ("branch", "in-batch"): "in-batch negatives (the warm-up branch) although the queue holds "
+                            "keys",
+    ("labels", "zeros"): "labels zeros(B): the positive at column 0",
+    ("labels", "ones"): "labels ones(B): column 1 (the oldest queued key) taken for the positive",
+    ("reduction", "mean"): "the loss averaged over the batch",
+    ("reduction", "sum"): "the loss summed over the batch instead of averaged",
+    ("denominator", "all"): "the positive in the softmax denominator",
+    ("denominator", "negatives-only"): "the positive left out of the softmax denominator "
+                                       "(−log e^(q·k⁺/T) / Σ_neg e^(q·n/T))",
 }
 
 
@@ -111,6 +159,12 @@ class StepLossInputs:
     grad: torch.Tensor | None = None  # [B, d] observed dL/dz
 
 
+def _divisor(rule: str, temperature: float) -> float:
+    """What the (negative) logits are divided by under a temperature rule."""
+    return {"multiply": 1.0 / temperature, "twice": temperature * temperature,
+            "none": 1.0, "negatives-undivided": 1.0}.get(rule, temperature)
+
+
 def form_logits(
     form: LossForm,
     q: torch.Tensor,
@@ -123,30 +177,43 @@ def form_logits(
     """``(logits, labels)`` of ``form`` for (already normalized or not) ``q``, ``k`` ``[B, d]``
     and ``negatives`` ``[n, d]``; an empty dictionary takes the ``empty_queue`` branch."""
     positive = (q * k).sum(dim=1, keepdim=True)  # [B, 1] undivided
-    masking = form.mask != "none"
-    if negatives.shape[0] == 0:
-        rule = form.warmup_temperature
-        t = 1.0 / temperature if rule == "multiply" else temperature
-        if form.empty_queue == "positive-only":
-            logits = positive if rule == "positive-undivided" else positive / t
-            return logits, positive_labels(len(q), q.device)
-        logits, labels = in_batch_logits(q, k, t, ids if masking else None)  # [B, B]
-        if rule == "positive-undivided":
-            eye = torch.eye(len(q), dtype=torch.bool, device=q.device)
-            logits = torch.where(eye, positive.expand_as(logits), logits)
-        if form.empty_queue == "in-batch-zero-labels":
-            labels = torch.zeros_like(labels)
-        return logits, labels
-    t = 1.0 / temperature if form.temperature == "multiply" else temperature
-    if masking:
-        logits = contrastive_logits(q, k, negatives, negative_ids, ids, t)  # [B, 1 + n]
+    if negatives.shape[0] == 0 or form.branch == "in-batch":
+        return _in_batch_form(form, q, k, positive, ids, temperature)
+    rule = form.temperature
+    if form.mask in ("same-source", "positive-too"):
+        logits = contrastive_logits(q, k, negatives, negative_ids, ids, _divisor(rule, temperature))
     else:
-        logits = contrastive_logits(q, k, negatives, None, None, t)
-    if form.temperature == "positive-undivided":
-        logits = torch.cat([positive, logits[:, 1:]], dim=1)
+        logits = contrastive_logits(q, k, negatives, None, None, _divisor(rule, temperature))
+    if form.mask in ("fill-zero", "inverted"):
+        same = same_source_mask(ids, negative_ids)  # [B, n]
+        hidden, value = (same, 0.0) if form.mask == "fill-zero" else (~same, -math.inf)
+        logits = torch.cat([logits[:, :1], logits[:, 1:].masked_fill(hidden, value)], dim=1)
+    if rule in ("positive-undivided", "negatives-undivided"):
+        divided = positive if rule == "positive-undivided" else positive / temperature
+        logits = torch.cat([divided, logits[:, 1:]], dim=1)
     if form.mask == "positive-too":
         logits = torch.cat([torch.full_like(positive, MASKED_POSITIVE), logits[:, 1:]], dim=1)
-    return logits, positive_labels(len(q), q.device)
+    labels = positive_labels(len(q), q.device)
+    if form.labels == "ones":
+        labels = labels + 1
+    return logits, labels
+
+
+def _in_batch_form(form, q, k, positive, ids, temperature):
+    rule = form.warmup_temperature
+    t = _divisor(rule, temperature)
+    masking = form.mask != "none"
+    if form.empty_queue == "positive-only" and form.branch != "in-batch":
+        logits = positive if rule == "positive-undivided" else positive / t
+        return logits, positive_labels(len(q), q.device)
+    logits, labels = in_batch_logits(q, k, t, ids if masking else None)  # [B, B]
+    if rule in ("positive-undivided", "negatives-undivided"):
+        eye = torch.eye(len(q), dtype=torch.bool, device=q.device)
+        divided = positive if rule == "positive-undivided" else positive / temperature
+        logits = torch.where(eye, divided.expand_as(logits), logits)
+    if form.empty_queue == "in-batch-zero-labels":
+        labels = torch.zeros_like(labels)
+    return logits, labels
 
 
 def form_gradient(
@@ -165,7 +232,17 @@ def form_gradient(
     logits, labels = form_logits(
         form, q, k, keys.detach().to(torch.float64), key_ids, step.ids, temperature
     )
-    loss = info_nce_loss(logits, labels)
+    if int(labels.max()) >= logits.shape[1]:
+        return None  # labels of ones with a single column: no such loss
+    if form.denominator == "negatives-only" and keys.shape[0] and form.branch != "in-batch":
+        rows = torch.arange(len(logits))
+        label_logit = logits[rows, labels]
+        others = logits.masked_fill(F.one_hot(labels, logits.shape[1]).bool(), -math.inf)
+        loss = (others.logsumexp(dim=1) - label_logit).mean()
+    else:
+        loss = info_nce_loss(logits, labels)
+    if form.reduction == "sum":
+        loss = loss * len(logits)
     (grad,) = torch.autograd.grad(loss, z)
     return float(loss.detach()), grad
 
@@ -257,11 +334,11 @@ def _identify_loss_form(steps, temperature, tolerance, fit_temperature) -> FormF
     for _ in range(3):
         if best_score[0] == len(steps):
             break
-        improved = False
+        base, improved = best, False
         for name, choices in FORM_CHOICES.items():
             for choice in choices:
-                candidate = replace(best, **{name: choice})
-                if candidate == best:
+                candidate = replace(base, **{name: choice})  # one change from this round's base
+                if candidate == base:
                     continue
                 score = scorer.score(candidate, temperature, tolerance)
                 if score > best_score:
