@@ -42,7 +42,8 @@ from moco_ref.observe.threads import one_thread
 from moco_ref.observe.tracebacks import submission_error_text
 
 IMAGE_SHAPE = (3, 8, 8)
-WIDTH = 16  # channels of the probe encoder, = the input width of its .fc
+WIDTH = 20  # channels of the probe encoder, the input width of its .fc (≠ dim, so a head
+# sized from the wrong axis of fc.weight shows)
 FC_GAIN = 4.0  # raw outputs of norm ≫ 1, so a missing L2 normalization is visible
 UNTRACED = -1
 

@@ -279,7 +279,8 @@ BUILDER_INTERFACE = check(
     points=1,
     contract=(
         "MoCo(base_encoder, dim, K, m, T, mlp) builds encoder_q and encoder_k from "
-        "base_encoder(num_classes=dim), registers the buffers queue [dim, K] and queue_ptr [1], "
+        "base_encoder(num_classes=dim), registers the buffers queue [dim, K] (random unit-norm "
+        "columns) and queue_ptr [1], "
         "and forward(im_q, im_k) returns (logits [N, 1+K], labels [N])."
     ),
 )
@@ -313,6 +314,16 @@ def contract_builder_interface_builder(ev: BuilderEvidence) -> str | None:
     require(ptr.get("shape") in ([1], []) and ptr.get("dtype", "").startswith(("int", "uint")),
             "queue_ptr must hold one integer (the next column to overwrite)",
             expected="torch.zeros(1, dtype=torch.long)", got=_shape(ptr))
+    initial = ev.require_run()["initial"].get("queue")
+    if isinstance(initial, torch.Tensor) and list(initial.shape) == [p.dim, p.K]:
+        norms = initial.to(torch.float64).norm(dim=0)  # [K], one per key column
+        worst = int((norms - 1).abs().argmax())
+        require(bool(((norms - 1).abs() <= 1e-4).all()),
+                "the initial queue must hold unit-norm random keys, one per column (normalize "
+                "the random queue along dim, dim=0 of [dim, K]), like every key enqueued later",
+                where="after construction", expected="every column of norm 1",
+                got=f"column {worst} of norm {float(norms[worst]):.4g} (norms "
+                    f"{fmt_values(norms, limit=3)})")
     step = ev.steps[0]
     require(list(step.logits.shape) == [p.batch, 1 + p.K],
             "forward must return logits [B, 1 + K]: the positive, then one column per queue entry",
@@ -344,7 +355,11 @@ def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
     ``fc`` becomes Linear → ReLU → Linear, so there are more parameters than with
     ``mlp=False``), makes θk a copy of that θq, and trains like ``mlp=False``."""
     plain = ev.module
-    run = ev.require_run("mlp")
+    ev.require_run()  # the plain run's own failure is every check's error, not this one's
+    try:
+        run = ev.require_run("mlp")
+    except SubmissionError as error:  # mlp=False works: the crash is the mlp option's
+        fail("the module fails with mlp=True although it works with mlp=False", got=str(error))
     module = run.get("module", {})
     count = {name: sum(e["numel"] for e in info.get("layout_q", []))
              for name, info in (("plain", plain), ("mlp", module))}
