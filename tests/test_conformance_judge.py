@@ -115,9 +115,11 @@ def test_checks_of_other_styles_are_not_applicable_never_passed(correct_record):
             assert result.status is Status.NOT_APPLICABLE
     builder, _ = judge({}, "builder", GradeOptions())
     applicable = {s.check_id for s in all_checks("builder")}
-    for result in builder:  # nothing was observed: an error, never a pass
-        expected = Status.ERROR if result.check_id in applicable else Status.NOT_APPLICABLE
-        assert result.status is expected, result
+    for result in builder:  # nothing was observed: an error (told once), never a pass
+        expected = ((Status.ERROR, Status.NOT_JUDGED) if result.check_id in applicable
+                    else (Status.NOT_APPLICABLE,))
+        assert result.status in expected, result
+    assert sum(r.status is Status.ERROR for r in builder) == 1
 
 
 def test_inferred_values(correct_record):
@@ -179,8 +181,13 @@ def test_a_raising_submission_is_an_error_of_the_checks_that_need_it():
     by_family = {}
     for r in results:
         by_family.setdefault(r.family, set()).add(r.status)
-    assert by_family["I3"] == {Status.ERROR} and by_family["I5"] == {Status.PASSED}
-    assert all("shapes do not match" in r.message for r in results if r.status is Status.ERROR)
+    assert by_family["I3"] == {Status.NOT_JUDGED} and by_family["I5"] == {Status.PASSED}
+    errors = [r for r in results if r.status is Status.ERROR]
+    assert len(errors) == 1 and "shapes do not match" in errors[0].message  # told once
+    assert errors[0].message.startswith("train_moco raised before its first step")
+    not_run = [r for r in results if r.status is Status.NOT_JUDGED]
+    assert all(r.message.startswith("not run: train_moco raised") and
+               "shapes do not match" not in r.message for r in not_run)
 
 
 def test_a_missing_warmup_fails_in_lab_and_is_not_applicable_in_components():
@@ -361,3 +368,22 @@ def test_the_query_gradient_is_recomputed_for_every_step_of_a_correct_run():
     for item in items:
         assert item.after is not None
         assert float((item.after - item.fresh).norm()) <= 1e-4 * float(item.fresh.norm())
+
+
+def test_a_crash_is_told_once_with_where_the_run_was():
+    """train_moco crashing once the queue is full: the first check tells the crash with the
+    step, epoch and batch (probe: 150 images in batches of 60, 60, 30; the queue fills at the
+    fifth batch, step 4, and the crash is the first batch after it), the submission's own
+    frame and the tensors there; every other training check is "not run" in one line."""
+    namespace = load_namespace(SUBMISSIONS / "bug_crash_when_queue_full.py")
+    results, _ = grade(namespace, "lab")
+    errors = [r for r in results if r.status is Status.ERROR]
+    assert len(errors) == 1
+    message = errors[0].message
+    assert message.startswith("train_moco raised at step 5 (epoch 1, batch 2 of the epoch")
+    assert "q @ (queue.T if len(queue) < capacity else queue)" in message
+    assert "queue: [240, 24] float32" in message
+    assert "moco_ref" not in message  # no grader frames
+    not_run = [r for r in results if r.status is Status.NOT_JUDGED]
+    assert len(not_run) >= 20
+    assert all(r.message.startswith("not run: train_moco raised at step 5") for r in not_run)

@@ -73,6 +73,17 @@ class SubmissionError(Exception):
     """The submission raised, or did something the grader cannot follow (reported as error)."""
 
 
+class SubmissionCrashed(SubmissionError):
+    """A part of the submission (``train_moco``, ``moco_warmup``, the module) raised: told once,
+    in full, by the first check that needs it; every later check that needs it is "not run"
+    with the one-line ``summary``."""
+
+    def __init__(self, part: str, summary: str, text: str) -> None:
+        self.part = part
+        self.summary = summary  # "train_moco raised at step 5 (epoch 1, batch 2 of the epoch)"
+        super().__init__(f"{summary}:\n{text}" if text else summary)
+
+
 # --------------------------------------------------------------------------- formatting
 
 

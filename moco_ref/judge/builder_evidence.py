@@ -22,7 +22,7 @@ from functools import cached_property
 
 import torch
 
-from moco_ref.judge.assertions import SubmissionError
+from moco_ref.judge.assertions import SubmissionCrashed, SubmissionError
 from moco_ref.judge.gaps import observed
 from moco_ref.judge.invariants import (
     ColumnTrace,
@@ -98,7 +98,9 @@ class BuilderEvidence:
         """The training record (``"run"``, or ``"mlp"`` for the ``mlp=True`` run); raises
         ``SubmissionError`` with the submission's traceback when it failed."""
         if not self.record.get("defined", False) or self.record.get("error"):
-            raise SubmissionError(self.record.get("error") or "MoCo is not defined")
+            error = self.record.get("error") or ""
+            raise SubmissionCrashed("module", "the module could not be loaded" if error
+                                    else "MoCo is not defined", error)
         run = self.record.get(which) or {}
         if run.get("error"):
             p = self.probe
@@ -106,13 +108,13 @@ class BuilderEvidence:
                     f"mlp={run.get('mlp', False)})")
             stage = run.get("stage", "")
             if stage == "construct":
-                raise SubmissionError(f"{call} raised:\n{run['error']}")
-            if stage == "optimizer":
-                raise SubmissionError(f"torch.optim.SGD(model.parameters()) raised for {call}:\n"
-                                      f"{run['error']}")
-            raise SubmissionError(f"{call} was built, but training it raised at {stage} "
-                                  f"(forward, loss.backward() or optimizer.step()):\n"
-                                  f"{run['error']}")
+                summary = f"{call} raised"
+            elif stage == "optimizer":
+                summary = f"torch.optim.SGD(model.parameters()) raised for {call}"
+            else:
+                summary = (f"{call} was built, but training it raised at {stage} (forward, "
+                           "loss.backward() or optimizer.step())")
+            raise SubmissionCrashed(which, summary, run["error"])
         return run
 
     @property

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from moco_ref.core.contrastive import same_source_mask
-from moco_ref.judge.assertions import SubmissionError, fmt_ids
+from moco_ref.judge.assertions import SubmissionCrashed, SubmissionError, fmt_ids
 from moco_ref.judge.gaps import observed
 from moco_ref.judge.invariants import (
     KeyUpdate,
@@ -132,12 +132,32 @@ class LabEvidence:
     def require_run(self) -> schema.TrainingRecord:
         """The training record; raises ``SubmissionError`` if ``train_moco`` failed."""
         if not self.training.get("defined", False):
-            raise SubmissionError(self.training.get("error") or "train_moco is not defined")
+            error = self.training.get("error") or ""
+            raise SubmissionCrashed("train_moco", "train_moco could not be called" if error
+                                    else "train_moco is not defined", error)
         if self.training.get("error"):
-            raise SubmissionError(
-                "train_moco raised while training on the probe:\n" + self.training["error"]
-            )
+            raise SubmissionCrashed("train_moco", self.crash_summary(), self.training["error"])
         return self.training
+
+    def crash_summary(self) -> str:
+        """``train_moco raised at step 5 (epoch 1, batch 2 of the epoch, after 300 keys were
+        made)``: where the run was, read from the probe's record of ``views`` calls (two per
+        step; a batch repeating an id of the epoch so far starts a new epoch)."""
+        calls = [c for c in self.training.get("view_calls", []) if isinstance(c, torch.Tensor)]
+        if not calls:
+            return "train_moco raised before its first step"
+        step = (len(calls) - 1) // 2
+        epoch, batch, seen, made = 0, -1, set(), 0
+        for t in range(step + 1):
+            ids = set(calls[2 * t].tolist())
+            if seen & ids:
+                epoch, batch, seen = epoch + 1, -1, set()
+            seen |= ids
+            batch += 1
+            if t < step:
+                made += len(ids)
+        return (f"train_moco raised at step {step} (epoch {epoch}, batch {batch} of the epoch, "
+                f"after {made} keys had been made)")
 
     @property
     def returned(self) -> schema.Returned:

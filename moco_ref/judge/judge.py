@@ -16,6 +16,7 @@ from moco_ref.judge.assertions import (
     NotExercised,
     NotJudged,
     NotRequired,
+    SubmissionCrashed,
     SubmissionError,
 )
 from moco_ref.judge.gaps import PartNotObserved
@@ -47,7 +48,7 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
             evidence = JUDGED_STYLES[style].evidence(observations, options)
         except Exception:  # noqa: BLE001 - a malformed record is every check's error
             broken = "the observation record could not be read:\n" + traceback.format_exc()
-    results = []
+    results, crashes = [], {}
     for spec in all_checks():
         if not options.selects(spec.check_id):
             continue
@@ -59,15 +60,18 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
         elif deadline is not None and time.monotonic() > deadline:
             results.append(_result(spec, Status.ERROR, OUT_OF_TIME))
         else:
-            results.append(run_check(spec, style, evidence))
+            results.append(run_check(spec, style, evidence, crashes))
     inferred = {"style": style}
     if evidence is not None and (deadline is None or time.monotonic() <= deadline):
         inferred.update(evidence.inferred())
     return results, inferred
 
 
-def run_check(spec: CheckSpec, style: str, evidence: object) -> CheckResult:
-    """One check on one submission's evidence."""
+def run_check(spec: CheckSpec, style: str, evidence: object,
+              crashes: dict[str, str] | None = None) -> CheckResult:
+    """One check on one submission's evidence. ``crashes`` maps each part already told to
+    have crashed to the check that told it: a crash is told once, in full."""
+    crashes = {} if crashes is None else crashes
     try:
         note = spec.implementations[style](evidence)
     except CheckFailure as failure:
@@ -85,6 +89,13 @@ def run_check(spec: CheckSpec, style: str, evidence: object) -> CheckResult:
         return _result(spec, Status.NOT_JUDGED, str(reason), {"needs": reason.needs})
     except NotExercised as reason:
         return _result(spec, Status.NOT_JUDGED, str(reason))
+    except SubmissionCrashed as crash:
+        if crash.part in crashes:
+            return _result(spec, Status.NOT_JUDGED,
+                           f"not run: {crash.summary} (told in full under {crashes[crash.part]})",
+                           {"needs": crashes[crash.part]})
+        crashes[crash.part] = spec.check_id
+        return _result(spec, Status.ERROR, str(crash))
     except PartNotObserved as gap:
         return _result(spec, Status.TIMEOUT if gap.gap.timed_out else Status.ERROR, str(gap))
     except SubmissionError as error:

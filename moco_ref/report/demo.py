@@ -19,7 +19,7 @@ from moco_ref.grade import grade_tasks
 from moco_ref.judge.results import SubmissionReport
 from moco_ref.observe.options import GradeOptions
 from moco_ref.report.formats import score_text
-from moco_ref.report.scoring import NOT_PASSED, failed_families, has_full_marks
+from moco_ref.report.scoring import NOT_PASSED, failed_families, has_full_marks, told_elsewhere
 
 MANIFEST_RELATIVE = Path("examples") / "submissions" / "manifest.json"
 
@@ -69,7 +69,8 @@ class DemoOutcome:
             return False
         if example.not_passed_status is not None and any(
             result.status.value != example.not_passed_status
-            for result in report.results if result.status in NOT_PASSED
+            for result in report.results
+            if result.status in NOT_PASSED and not told_elsewhere(result)
         ):
             return False
         expected = set(example.expected_failed_families)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.observe.options import GradeOptions
-from moco_ref.report.scoring import NOT_PASSED, rerun_command
+from moco_ref.report.scoring import NOT_PASSED, rerun_command, told_elsewhere
 
 JSON_FORMAT = "moco-ref-grade/1"
 _INFERRED_ORDER = ("m", "capacity", "batch_size", "order", "temperature")
@@ -66,11 +66,16 @@ def header_lines(report: SubmissionReport) -> list[str]:
     return lines
 
 
+def detailed(result: CheckResult) -> bool:
+    """Whether a result gets a details section and a rerun command."""
+    return result.status in NOT_PASSED and not told_elsewhere(result)
+
+
 def rerun_lines(report: SubmissionReport, options: GradeOptions | None) -> list[str]:
     return [
         rerun_command(report.submission, result.check_id, options)
         for result in report.results
-        if result.status in NOT_PASSED
+        if detailed(result)
     ]
 
 
@@ -159,7 +164,7 @@ def _print_rich(reports, options, file, *, brief: bool = False) -> None:
             console.print(_rich_table(report))
         if not brief:
             for result in report.results:
-                if result.status in NOT_PASSED and result.message:
+                if detailed(result) and result.message:
                     console.print(Text(f"{result.check_id} — {result.status.value}",
                                        style=_STATUS_STYLES[result.status]))
                     console.print(Text(result.message.rstrip()), soft_wrap=True)

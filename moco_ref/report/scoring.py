@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from moco_ref.judge.results import Status, SubmissionReport
+from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.observe.options import GradeOptions
 
 NOT_PASSED = (Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.NOT_JUDGED)
@@ -44,6 +44,12 @@ class MinScore:
 def meets(report: SubmissionReport, minimum: MinScore) -> bool:
     """A not-gradable submission never meets a threshold, whatever its value."""
     return report.gradable and report.score + _EPSILON >= minimum.threshold(report)
+
+
+def told_elsewhere(result: CheckResult) -> bool:
+    """A check not judged because another one failed: its one line says which, the other
+    check carries the details."""
+    return result.status is Status.NOT_JUDGED and "needs" in result.details
 
 
 def failed_families(report: SubmissionReport) -> list[str]:

@@ -6,7 +6,7 @@ import torch
 
 from moco_ref.judge.assertions import (
     NotRequired,
-    SubmissionError,
+    SubmissionCrashed,
     fail,
     require,
 )
@@ -22,7 +22,7 @@ def warmup_result(ev) -> dict:
         fail("moco_warmup is not defined", expected="a function moco_warmup() -> dict",
              got="no such name")
     if record.get("error"):
-        raise SubmissionError("moco_warmup() raised:\n" + record["error"])
+        raise SubmissionCrashed("moco_warmup", "moco_warmup() raised", record["error"])
     result = record.get("result")
     require(isinstance(result, dict), "moco_warmup() must return a dict",
             expected="{'temperature_probabilities': …, 'FIFO': …, 'EMA': …}",
