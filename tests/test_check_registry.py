@@ -10,6 +10,7 @@ import pytest
 from moco_ref.cli import main
 from moco_ref.judge import registry
 from moco_ref.judge.registry import FAMILIES, all_checks
+from moco_ref.judge.rubric import DEFAULT_RUBRIC
 from moco_ref.observe.options import STYLES, GradeOptions
 
 
@@ -101,10 +102,12 @@ def test_checks_command_lists_every_check_per_style(capsys):
     specs = all_checks()
     assert [entry["id"] for entry in listed] == [spec.check_id for spec in specs]
     for entry, spec in zip(listed, specs):
-        assert entry["points"] == spec.points and entry["contract"] == spec.contract
+        assert entry["weight"] == spec.points and entry["contract"] == spec.contract
+        for style, info in entry["styles"].items():  # the default rubric's points
+            assert info["points"] == pytest.approx(DEFAULT_RUBRIC.points(style)[spec.check_id])
         assert set(entry["styles"]) == set(spec.styles)
         assert set(entry["styles"]) | set(entry["not_applicable"]) == set(STYLES)
     assert main(["checks", "--style", "builder"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("builder: 16 checks, 23 points")
+    assert text.startswith("builder: 16 checks, 100 points (default rubric)")
     assert "I4-same-source-masked" not in text  # never applies to builder

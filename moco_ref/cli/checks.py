@@ -22,7 +22,9 @@ def catalogue(style: str | None = None) -> list[dict]:
     """One entry per check: id, family, title, points, contract, and per style how it is
     judged; ``not_applicable`` names the styles it never applies to, with why."""
     from moco_ref.judge.registry import all_checks, not_applicable_reason
+    from moco_ref.judge.rubric import DEFAULT_RUBRIC
 
+    points = {s: DEFAULT_RUBRIC.points(s) for s in STYLES}
     entries = []
     for spec in all_checks(style):
         styles = [style] if style else list(STYLES)
@@ -30,9 +32,9 @@ def catalogue(style: str | None = None) -> list[dict]:
             "id": spec.check_id,
             "family": spec.family,
             "title": spec.title,
-            "points": spec.points,
+            "weight": spec.points,  # within its family
             "contract": spec.contract,
-            "styles": {s: {"points": spec.points, "how_judged": spec.how_judged(s)}
+            "styles": {s: {"points": points[s][spec.check_id], "how_judged": spec.how_judged(s)}
                        for s in styles if spec.applies_to(s)},
             "not_applicable": {s: not_applicable_reason(spec, s)
                                for s in styles if not spec.applies_to(s)},
@@ -48,17 +50,17 @@ def run(args: argparse.Namespace) -> int:
     styles = [args.style] if args.style else list(STYLES)
     for style in styles:
         applying = [e for e in entries if style in e["styles"]]
-        total = sum(e["points"] for e in applying)
-        print(f"{style}: {len(applying)} checks, {total:g} points")
+        total = sum(e["styles"][style]["points"] for e in applying)
+        print(f"{style}: {len(applying)} checks, {round(total, 2):g} points (default rubric)")
     family = None
     for entry in entries:
         if entry["family"] != family:
             family = entry["family"]
             print(f"\n== {family}")
-        print(f"\n{entry['id']}  ({entry['points']:g} pt)  {entry['title']}")
+        print(f"\n{entry['id']}  {entry['title']}")
         print(f"  contract: {entry['contract']}")
         for style, info in entry["styles"].items():
-            print(f"  {style}: {info['how_judged']}")
+            print(f"  {style} ({round(info['points'], 2):g} pt): {info['how_judged']}")
         for style, why in entry["not_applicable"].items():
             print(f"  {style}: not applicable — {why}")
     return 0

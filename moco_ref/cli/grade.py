@@ -67,7 +67,8 @@ def _add_grade(subparsers) -> None:
     output.add_argument(
         "--min-score",
         metavar="X",
-        help="points (e.g. 38) or a percentage (e.g. 90%%) to reach; default: full marks",
+        help="points (e.g. 90, of the rubric's total) or a percentage (e.g. 90%%) to reach; "
+             "default: full marks",
     )
     _add_run_options(parser)
     judging = parser.add_argument_group("judging")
@@ -87,6 +88,10 @@ def _add_grade(subparsers) -> None:
              "contract, warmup); repeatable",
     )
     judging.add_argument("--seed", type=int, default=GradeOptions.seed, help="probe seed")
+    judging.add_argument("--rubric", metavar="FILE",
+                         help="the course's points per family or check (TOML; `moco-ref rubric "
+                              "show FILE` prints them); default: every invariant family an "
+                              "equal share of 100")
     parser.set_defaults(run=run_grade)
 
 
@@ -156,7 +161,17 @@ def _options_from(args: argparse.Namespace) -> GradeOptions:
         memory_mb=args.memory_mb,
         check_timeout=args.check_timeout or None,
         allow_reference_import=args.allow_reference_import,
+        rubric=_rubric_pairs(getattr(args, "rubric", None)),
     )
+
+
+def _rubric_pairs(path: str | None) -> tuple:
+    """The rubric file as ``GradeOptions.rubric`` pairs; ``RubricError`` when unusable."""
+    if not path:
+        return ()
+    from moco_ref.judge.rubric import load_rubric
+
+    return load_rubric(path).to_pairs()
 
 
 def _apply_isolation(args: argparse.Namespace) -> None:
@@ -210,7 +225,12 @@ def run_grade(args: argparse.Namespace) -> int:
     if args.timeout <= 0 or args.jobs < 1 or (args.check_timeout or 0) < 0:
         return _usage_error("--timeout must be > 0, --check-timeout ≥ 0 and --jobs ≥ 1")
     _apply_isolation(args)
-    options = _options_from(args)
+    from moco_ref.judge.rubric import RubricError
+
+    try:
+        options = _options_from(args)
+    except RubricError as exc:
+        return _usage_error(f"--rubric: {exc}")
     unknown = _unknown_checks(options.checks)
     if unknown:
         return _usage_error(f"--check {' '.join(unknown)} names no check id or family "
@@ -304,10 +324,12 @@ def _run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
 
 def _print_batch_table(result) -> None:
     from moco_ref.report.batch import summary_rows
+    from moco_ref.report.scoring import points_str
 
     rows = summary_rows(result.outcomes)
     cells = [(row["submission"],
-              f"{row['score']:g}/{row['max_score']:g}" if row["gradable"] else "not gradable",
+              f"{points_str(row['score'])}/{points_str(row['max_score'])}" if row["gradable"]
+              else "not gradable",
               ", ".join(row["failed_checks"]) or "–",
               "cached" if row["cached"] else f"{row['wall_seconds']:.1f} s") for row in rows]
     headers = ("submission", "score", "failed checks", "time")

@@ -12,6 +12,7 @@ from moco_ref.cli import doctor as doctor_cli
 from moco_ref.cli import golden as golden_cli
 from moco_ref.cli import grade as grading_cli
 from moco_ref.cli import refactor as refactor_cli
+from moco_ref.cli import rubric as rubric_cli
 from moco_ref.cli import sensitivity as sensitivity_cli
 from moco_ref.cli import train as training_cli
 
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     refactor_cli.add_parsers(subparsers)  # record, compare
     training_cli.add_parser(subparsers)
     sensitivity_cli.add_parser(subparsers)
+    rubric_cli.add_parser(subparsers)
     return parser
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from dataclasses import replace
 
 from moco_ref.judge.assertions import (
     CheckFailure,
@@ -22,6 +23,7 @@ from moco_ref.judge.assertions import (
 from moco_ref.judge.gaps import PartNotObserved
 from moco_ref.judge.registry import CheckSpec, all_checks, not_applicable_reason
 from moco_ref.judge.results import CheckResult, Status
+from moco_ref.judge.rubric import Rubric
 from moco_ref.judge.styles import JUDGED_STYLES
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.threads import one_thread
@@ -49,6 +51,7 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
         except Exception:  # noqa: BLE001 - a malformed record is every check's error
             broken = "the observation record could not be read:\n" + traceback.format_exc()
     results, crashes = [], {}
+    points = Rubric.from_pairs(options.rubric).points(style) if style in JUDGED_STYLES else {}
     for spec in all_checks():
         if not options.selects(spec.check_id):
             continue
@@ -61,6 +64,7 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
             results.append(_result(spec, Status.ERROR, OUT_OF_TIME))
         else:
             results.append(run_check(spec, style, evidence, crashes))
+        results[-1] = replace(results[-1], max_points=points.get(spec.check_id, 0.0))
     inferred = {"style": style}
     if evidence is not None and (deadline is None or time.monotonic() <= deadline):
         inferred.update(evidence.inferred())

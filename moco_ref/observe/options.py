@@ -22,6 +22,8 @@ class GradeOptions:
     memory_mb: int = 2048  # the job's memory, all its processes together (proportional sets)
     check_timeout: float | None = 30.0  # seconds for each observed part (None: no own limit)
     allow_reference_import: bool = False  # may the submission import moco_ref?
+    # the course's rubric as sorted (key, value) pairs (moco_ref.judge.rubric); () = default
+    rubric: tuple[tuple[str, float], ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -30,6 +32,7 @@ class GradeOptions:
     def from_dict(cls, data: dict) -> GradeOptions:
         data = dict(data)
         data["checks"] = tuple(data.get("checks", ()))
+        data["rubric"] = tuple((str(k), float(v)) for k, v in data.get("rubric", ()))
         return cls(**data)
 
     def selects(self, check_id: str) -> bool:

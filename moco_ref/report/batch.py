@@ -51,7 +51,7 @@ from moco_ref.observe.loader import (
     is_module_target,
 )
 from moco_ref.observe.options import GradeOptions
-from moco_ref.report.scoring import NOT_PASSED
+from moco_ref.report.scoring import NOT_PASSED, points_str
 
 DEFAULT_OUT = "grading-reports"
 CACHE_FOLDER = ".cache"
@@ -448,7 +448,7 @@ class Progress:
         self.done += 1
         report = outcome.report
         verdict = "not gradable" if not report.gradable else \
-            f"{report.score:g}/{report.max_score:g}"
+            f"{points_str(report.score)}/{points_str(report.max_score)}"
         suffix = " (cached)" if outcome.cached else ""
         if self._rich is not None:
             self._rich.update(self._task, advance=1,

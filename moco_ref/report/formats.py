@@ -13,7 +13,7 @@ from pathlib import Path
 
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.observe.options import GradeOptions
-from moco_ref.report.scoring import NOT_PASSED, rerun_command, told_elsewhere
+from moco_ref.report.scoring import NOT_PASSED, points_str, rerun_command, told_elsewhere
 
 JSON_FORMAT = "moco-ref-grade/1"
 _INFERRED_ORDER = ("m", "capacity", "batch_size", "order", "temperature")
@@ -36,7 +36,7 @@ REASON_WIDTH = 100  # the one-line reason (the terminal table cuts it to what fi
 def score_text(report: SubmissionReport) -> str:
     if not report.gradable:
         return "not gradable"
-    return f"{report.score:g}/{report.max_score:g}"
+    return f"{points_str(report.score)}/{points_str(report.max_score)}"
 
 
 def inferred_text(inferred: dict) -> str:
@@ -53,7 +53,7 @@ def _value_text(value) -> str:
 def points_text(result: CheckResult) -> str:
     if result.status is Status.NOT_APPLICABLE:
         return "–"
-    return f"{result.points:g}/{result.max_points:g}"
+    return f"{points_str(result.points)}/{points_str(result.max_points)}"
 
 
 def header_lines(report: SubmissionReport) -> list[str]:
@@ -267,8 +267,8 @@ def junit_tree(
         properties = ET.SubElement(suite, "properties")
         for name, value in (
             ("style", report.style),
-            ("score", f"{report.score:g}"),
-            ("max_score", f"{report.max_score:g}"),
+            ("score", points_str(report.score)),
+            ("max_score", points_str(report.max_score)),
             ("gradable", str(report.gradable).lower()),
             *((f"inferred.{key}", value) for key, value in report.inferred.items()),
             *(("note", note) for note in report.notes),

@@ -46,6 +46,11 @@ def meets(report: SubmissionReport, minimum: MinScore) -> bool:
     return report.gradable and report.score + _EPSILON >= minimum.threshold(report)
 
 
+def points_str(value: float) -> str:
+    """``9.52``, ``100``: points to two decimals, no trailing zeros."""
+    return f"{round(value + 0.0, 2):g}"
+
+
 def told_elsewhere(result: CheckResult) -> bool:
     """A check not judged because another one failed: its one line says which, the other
     check carries the details."""

@@ -44,8 +44,10 @@ def i7_ema_law(ev: LabEvidence) -> str | None:
     parameter, with one m for the whole run (fitted from the snapshots): not by the
     optimizer, not on part of the model."""
     ema = ev.ema
-    if ema.uses == "none":
-        return None  # a frozen key encoder obeys the law with m = 1; I7-momentum-in-range says so
+    if ema.uses == "none":  # m = 1 fits trivially, but it is no moving average at all
+        fail("the key encoder never moved: no EMA update was applied", where="over the whole run",
+             expected="θk ← m·θk + (1 − m)·θq between key forwards, moving θk toward θq",
+             got="θk unchanged (within float noise) from its initial copy")
     m = ema.m
     for update in ema.updates:
         where = "after the last step" if update.final else f"between steps {update.step - 1} " \

@@ -1,0 +1,137 @@
+"""What each check is worth: a fixed maximum per style, shared out by invariant family.
+
+Every submission of a style is graded out of the same total (100 by default): each family
+that applies to the style gets a share of it in proportion to the family's weight (every
+family weighs 1, the shape of ``moco_warmup``'s result 0.5), and a family's share is split
+between its checks in proportion to their declared points. So no invariant is worth a
+sliver: a module with no EMA at all loses the whole I7 share, and a missing mask the I4
+share. Only a check that never applies to the style (or reads a part the style's protocol
+makes optional and the submission left out) leaves the total.
+
+A course sets its own weights in a TOML file (``moco-ref grade --rubric FILE``; ``moco-ref
+rubric show [FILE]`` prints the effective points)::
+
+    total = 100
+    [families]
+    I4 = 2          # the mask counts double
+    warmup = 0
+    [checks]
+    "I8-key-from-other-view" = 3   # relative to the other I8 checks' points
+
+The rubric travels in ``GradeOptions.rubric`` as sorted ``(key, value)`` pairs (``total``,
+``family:I4``, ``check:I8-…``), so it is part of the cache key of every report.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import tomllib
+
+from moco_ref.judge.registry import FAMILIES, all_checks, get_check, unknown_selectors
+
+DEFAULT_TOTAL = 100.0
+DEFAULT_FAMILY_WEIGHTS = {family: 1.0 for family in FAMILIES} | {"warmup": 0.5}
+
+
+class RubricError(ValueError):
+    """A rubric file that cannot be used, said in one line."""
+
+
+@dataclass(frozen=True)
+class Rubric:
+    total: float = DEFAULT_TOTAL
+    families: dict[str, float] = field(default_factory=dict)  # overrides of the defaults
+    checks: dict[str, float] = field(default_factory=dict)  # in-family weights (default: points)
+
+    def family_weight(self, family: str) -> float:
+        return self.families.get(family, DEFAULT_FAMILY_WEIGHTS[family])
+
+    def points(self, style: str) -> dict[str, float]:
+        """``{check id: points}`` for every check that applies to ``style``; they add up to
+        ``total`` (unless every weight is 0)."""
+        specs = all_checks(style)
+        families = [f for f in FAMILIES if any(s.family == f for s in specs)]
+        weights = sum(self.family_weight(f) for f in families)
+        points = {}
+        for family in families:
+            members = [s for s in specs if s.family == family]
+            share = self.total * self.family_weight(family) / weights if weights else 0.0
+            inner = sum(self.checks.get(s.check_id, s.points) for s in members)
+            for spec in members:
+                weight = self.checks.get(spec.check_id, spec.points)
+                points[spec.check_id] = share * weight / inner if inner else 0.0
+        return points
+
+    def to_pairs(self) -> tuple[tuple[str, float], ...]:
+        pairs = [("total", self.total)]
+        pairs += [(f"family:{name}", value) for name, value in self.families.items()]
+        pairs += [(f"check:{name}", value) for name, value in self.checks.items()]
+        return tuple(sorted(pairs))
+
+    @classmethod
+    def from_pairs(cls, pairs: Iterable) -> Rubric:
+        total, families, checks = DEFAULT_TOTAL, {}, {}
+        for key, value in pairs:
+            kind, _, name = str(key).partition(":")
+            if kind == "total":
+                total = float(value)
+            elif kind == "family":
+                families[name] = float(value)
+            elif kind == "check":
+                checks[name] = float(value)
+        return cls(total, families, checks)
+
+
+DEFAULT_RUBRIC = Rubric()
+
+
+def load_rubric(path) -> Rubric:
+    """The rubric in a TOML file; ``RubricError`` (one line) when it cannot be used."""
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise RubricError(f"{path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RubricError(f"{path}: not valid TOML ({exc})") from None
+    return rubric_from_mapping(data, str(path))
+
+
+def rubric_from_mapping(data: dict, where: str = "rubric") -> Rubric:
+    unknown = sorted(set(data) - {"total", "families", "checks"})
+    if unknown:
+        raise RubricError(f"{where}: unknown key {unknown[0]!r} (expected total, [families], "
+                          "[checks])")
+    total = _weight(data.get("total", DEFAULT_TOTAL), f"{where}: total")
+    if total <= 0:
+        raise RubricError(f"{where}: total must be positive, not {total:g}")
+    families = _table(data.get("families", {}), f"{where}: [families]")
+    bad = [name for name in families if name not in FAMILIES]
+    if bad:
+        raise RubricError(f"{where}: [families] has no family {bad[0]!r} (families: "
+                          f"{', '.join(FAMILIES)})")
+    checks = _table(data.get("checks", {}), f"{where}: [checks]")
+    bad = unknown_selectors(checks)
+    if bad or any(name in FAMILIES for name in checks):
+        name = (bad or [n for n in checks if n in FAMILIES])[0]
+        raise RubricError(f"{where}: [checks] has no check {name!r} (`moco-ref checks` lists "
+                          "them; families go in [families])")
+    for name in checks:
+        get_check(name)
+    return Rubric(total, families, checks)
+
+
+def _table(value, where: str) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise RubricError(f"{where} must be a table of name = weight")
+    return {str(name): _weight(weight, f"{where} {name}") for name, weight in value.items()}
+
+
+def _weight(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
+            float(value)) or float(value) < 0:
+        raise RubricError(f"{where} must be a number ≥ 0, not {value!r}")
+    return float(value)
