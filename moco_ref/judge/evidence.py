@@ -59,6 +59,7 @@ class LabStep:
     key_has_grad_fn: bool
     key_grad_enabled: bool
     key_params: torch.Tensor  # [P] θk at the key forward
+    key_tag: int  # the model copy that encoded the keys (another one if the key was replaced)
     query_params: torch.Tensor  # [P] θq at the key forward
     recomputed: tuple[torch.Tensor, torch.Tensor] | None  # old rows re-encoded before backward
     extra_key_rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(
@@ -270,6 +271,11 @@ class LabEvidence:
         else:
             queries = [i for i in candidates if events[i]["instance"] == query_tag]
             keys = [i for i in candidates if events[i]["instance"] == key_tag]
+            if queries and not keys:
+                # the key encoder was replaced (a fresh copy): the copy that encoded this
+                # batch's keys is the key encoder of this step, judged like any other
+                keys = [i for i in candidates if events[i]["instance"] != query_tag]
+                key_tag = events[keys[0]]["instance"] if keys else key_tag
             if not queries or not keys:
                 return None
             query_index, key_index = queries[0], keys[0]
@@ -312,6 +318,7 @@ class LabEvidence:
             key_has_grad_fn=bool(key_event["output_has_grad_fn"]),
             key_grad_enabled=bool(key_event["grad_enabled"]),
             key_params=self._params(key_event, key_tag),
+            key_tag=key_tag,
             query_params=self._params(key_event, query_tag),
             recomputed=recomputed,
             extra_key_rows=extra,
@@ -470,10 +477,10 @@ class LabEvidence:
         steps = self.steps
         updates = []
 
-        def latest_differing(first: int, last: int, after: torch.Tensor, fallback):
+        def latest_differing(first: int, last: int, after: torch.Tensor, fallback, tag=key_tag):
             for i in range(last, first - 1, -1):
-                if key_tag in events[i]["snapshot_tags"]:
-                    snapshot = self._params(events[i], key_tag)
+                if tag in events[i]["snapshot_tags"]:
+                    snapshot = self._params(events[i], tag)
                     if not torch.equal(snapshot, after):
                         return snapshot
             return fallback
@@ -481,7 +488,7 @@ class LabEvidence:
         for t in range(1, len(steps)):
             previous, now = steps[t - 1], steps[t]
             before = latest_differing(previous.key_event, now.key_event - 1, now.key_params,
-                                      previous.key_params)
+                                      previous.key_params, now.key_tag)
             updates.append(KeyUpdate(t, previous.key_params, before, now.key_params,
                                      now.query_params, previous.query_params))
         if isinstance(returned.get("key_params"), torch.Tensor) and isinstance(

@@ -102,6 +102,7 @@ class ProbeRecorder:
         self.view_calls: list[torch.Tensor] = []  # ids of each views() call
         self.instances: list[nn.Module] = []
         self._tags: dict[int, int] = {}
+        self._last_forward: dict[int, int] = {}  # copy tag → clock of its latest forward
         self.events: list[ForwardEvent] = []
         self.dropped_events = 0
         self.clock = 0
@@ -119,6 +120,18 @@ class ProbeRecorder:
             self._tags[id(module)] = len(self.instances)
             self.instances.append(module)  # kept alive, so ids are never reused
         return self._tags[id(module)]
+
+    def _snapshot_tags(self, tag: int) -> list[int]:
+        """The copies snapshotted at a forward: the initial model, the one forwarding, the
+        ones that forwarded most recently (a key encoder replaced every step stays followed),
+        then the newest made."""
+        chosen = {0, tag}
+        recent = sorted(self._last_forward, key=self._last_forward.get, reverse=True)
+        for t in [*recent, *range(len(self.instances) - 1, -1, -1)]:
+            if len(chosen) >= MAX_SNAPSHOT_INSTANCES:
+                break
+            chosen.add(t)
+        return sorted(chosen)
 
     def tag_of(self, obj: object) -> int:
         return self._tags.get(id(obj), -1)
@@ -186,10 +199,9 @@ class ProbeRecorder:
             self.dropped_events += 1
             return
         tag = self.register(module)
+        self._last_forward[tag] = self.clock
         calls, ids = self._sources_of_inputs(images)
-        snapshot_tags = list(range(len(self.instances)))[-MAX_SNAPSHOT_INSTANCES:]
-        if 0 not in snapshot_tags:
-            snapshot_tags = [0, *snapshot_tags[1:]]
+        snapshot_tags = self._snapshot_tags(tag)
         event: ForwardEvent = {
             "instance": tag,
             "clock": self.clock,

@@ -29,10 +29,10 @@ def i1_key_grads_none_lab(ev: LabEvidence) -> str | None:
     """Every parameter of the key encoder has ``.grad is None`` throughout training and after
     it: the key encoder is moved only by the EMA, never by back-propagation."""
     run = ev.require_run()
-    _, key_tag = ev.roles
     names = [n for n, _ in ev.segments]
     for step in ev.steps:
         event = run["events"][step.key_event]
+        key_tag = step.key_tag  # the copy that encoded this step's keys
         if key_tag in event["snapshot_tags"] and event["has_grad"][event["snapshot_tags"].index(
                 key_tag)]:
             fail("the key encoder received gradients (keys computed with autograd, or the key "

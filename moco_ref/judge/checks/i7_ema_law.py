@@ -49,9 +49,19 @@ def i7_ema_law(ev: LabEvidence) -> str | None:
              expected="θk ← m·θk + (1 − m)·θq between key forwards, moving θk toward θq",
              got="θk unchanged (within float noise) from its initial copy")
     m = ema.m
+    tags = [getattr(step, "key_tag", None) for step in ev.steps]
     for update in ema.updates:
         where = "after the last step" if update.final else f"between steps {update.step - 1} " \
                                                             f"and {update.step}"
+        t = update.step
+        replaced = not update.final and 0 < t < len(tags) and tags[t] != tags[t - 1]
+        if replaced and (update.moved_outside or not update.fits_law):
+            # a new model copy is fine if it carries the EMA; this one does not
+            fail("the key encoder was replaced by a new model copy that is not the EMA of the "
+                 "old one", where=where,
+                 expected=f"θk ← m·θk + (1 − m)·θq (m = {m:.4g}) on the same key encoder",
+                 got=f"keys encoded by another model copy from step {t} on (e.g. key = "
+                     "copy.deepcopy(query)), which drops the momentum history")
         if update.skipped:
             fail("the EMA skipped some parameters", where=where,
                  expected=f"every parameter to follow θk ← m·θk + (1 − m)·θq (m = {m:.4g})",
