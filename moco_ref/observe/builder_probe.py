@@ -20,6 +20,7 @@ It all runs inside a one-process ``torch.distributed`` group with ``.cuda()`` ma
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -274,14 +275,33 @@ def probe_images(probe: BuilderProbe, step: int) -> tuple[torch.Tensor, torch.Te
     return images + noise[0], images + noise[1]
 
 
+NO_MLP_OPTION = "no mlp option"  # the stage of an mlp=True run of a module without `mlp`
+
+
+def accepts_keyword(cls, name: str) -> bool:
+    """Whether ``cls(...)`` takes the keyword ``name`` (by name or through ``**kwargs``); True
+    when its signature cannot be read, so the call itself says."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == name and p.kind is not p.POSITIONAL_ONLY or p.kind is p.VAR_KEYWORD
+               for p in parameters)
+
+
 def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> BuilderRun:
     """Build ``moco_class`` with the probe's values and train it ``probe.steps`` steps."""
     recorder = BuilderRecorder(probe)
     run: BuilderRun = {"mlp": mlp, "error": None, "stage": "construct", "steps": []}
+    options = {"dim": probe.dim, "K": probe.K, "m": probe.m, "T": probe.T}
+    if accepts_keyword(moco_class, "mlp"):
+        options["mlp"] = mlp
+    elif mlp:  # a MoCo v1 module: nothing to build with a head it has no option for
+        run["stage"] = NO_MLP_OPTION
+        return run
     torch.manual_seed(probe.seed)
     try:
-        model = moco_class(recorder.base_encoder, dim=probe.dim, K=probe.K, m=probe.m, T=probe.T,
-                           mlp=mlp)
+        model = moco_class(recorder.base_encoder, **options)
         recorder.model = model
         run["module"] = describe_module(model, recorder)
         run["initial"] = state_of(model)

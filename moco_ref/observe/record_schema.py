@@ -222,7 +222,7 @@ BuilderModule = TypedDict("BuilderModule", {
 class BuilderRun(TypedDict, total=False):
     mlp: bool
     error: str | None
-    stage: str  # "construct", "optimizer", "step t" or "done"
+    stage: str  # "construct", "optimizer", "step t", "done" or "no mlp option"
     steps: list[BuilderStep]
     module: BuilderModule
     initial: BuilderState

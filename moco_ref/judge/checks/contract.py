@@ -356,6 +356,11 @@ def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
     ``mlp=False``), makes θk a copy of that θq, and trains like ``mlp=False``."""
     plain = ev.module
     ev.require_run()  # the plain run's own failure is every check's error, not this one's
+    if (ev.record.get("mlp") or {}).get("stage") == "no mlp option":
+        fail("the module has no MoCo v2 head option: MoCo(...) takes no mlp parameter",
+             expected="MoCo(base_encoder, dim, K, m, T, mlp=False); mlp=True puts Linear → ReLU "
+                      "before each encoder's fc",
+             got="a constructor without mlp (graded with its other parameters)")
     try:
         run = ev.require_run("mlp")
     except SubmissionError as error:  # mlp=False works: the crash is the mlp option's
