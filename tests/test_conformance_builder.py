@@ -245,3 +245,20 @@ def test_a_parameter_with_zero_gradient_is_not_an_ema_skip():
     update = KeyUpdate(1, theta, theta, after, query, theta)
     analysis = analyse_key_updates([update], segments)
     assert analysis.updates[0].skipped == [] and analysis.updates[0].fits_law
+
+
+def test_a_wrong_build_is_named_before_the_crash_it_causes():
+    """Encoders built without num_classes=dim crash at the first forward: the interface check
+    names the build and tells that crash once, with the submission's frame only; every other
+    check is not run."""
+    namespace = load_namespace(SUBMISSIONS / "builder_bug_encoders_without_num_classes.py")
+    results, _ = grade(namespace, "builder")
+    by_id = {r.check_id: r for r in results}
+    interface = by_id["contract-builder-interface"]
+    assert interface.status is Status.FAILED
+    assert interface.message.startswith("the encoders must be built by base_encoder(num_classes=")
+    assert "training it raised at step 0" in interface.message
+    assert "torch/nn/modules" not in interface.message and "functional.py" not in interface.message
+    others = [r for r in results if r.check_id in BUILDER_IDS and r is not interface]
+    assert all(r.status is Status.NOT_JUDGED and "contract-builder-interface" in r.message
+               for r in others)

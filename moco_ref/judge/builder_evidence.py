@@ -117,9 +117,18 @@ class BuilderEvidence:
             raise SubmissionCrashed(which, summary, run["error"])
         return run
 
+    def constructed(self, which: str = "run") -> schema.BuilderRun:
+        """The run's record when the module was built, even if training it then raised (so the
+        construction can be judged on its own); otherwise ``require_run``'s error."""
+        run = self.record.get(which) or {}
+        if self.record.get("defined", False) and not self.record.get("error") and \
+                "module" in run and run.get("initial") is not None:
+            return run
+        return self.require_run(which)
+
     @property
     def module(self) -> schema.BuilderModule:
-        return self.require_run().get("module", {})
+        return self.constructed().get("module", {})
 
     @property
     def temperature(self) -> float:

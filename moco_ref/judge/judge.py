@@ -79,6 +79,8 @@ def run_check(spec: CheckSpec, style: str, evidence: object,
     try:
         note = spec.implementations[style](evidence)
     except CheckFailure as failure:
+        if failure.details.get("tells_crash"):  # this failure is why that part crashed
+            crashes.setdefault(failure.details["tells_crash"], spec.check_id)
         details = {
             "misconception": failure.misconception,
             "where": failure.where,

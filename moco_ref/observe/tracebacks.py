@@ -23,15 +23,22 @@ def submission_error_text(exc: BaseException) -> str:
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(HARNESS_DIR):
         tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+    report = traceback.TracebackException(type(exc), exc, tb or exc.__traceback__)
+    own = [frame for frame in report.stack if not _foreign(frame.filename)]
+    if own:  # torch's and the observer's frames say nothing the student can act on
+        report.stack = traceback.StackSummary.from_list(own)
+    text = "".join(report.format())
     return (text + _failing_frame_tensors(tb))[-MAX_CHARS:]
+
+
+def _foreign(filename: str) -> bool:
+    return filename.startswith((HARNESS_DIR, TORCH_DIR, "<frozen"))
 
 
 def _failing_frame_tensors(tb) -> str:
     frame = None
     while tb is not None:  # the innermost frame that is neither torch's nor the observer's
-        name = tb.tb_frame.f_code.co_filename
-        if not name.startswith((HARNESS_DIR, TORCH_DIR, "<frozen")):
+        if not _foreign(tb.tb_frame.f_code.co_filename):
             frame = tb.tb_frame
         tb = tb.tb_next
     if frame is None:

@@ -8,7 +8,9 @@ import math
 import torch
 
 from moco_ref.judge.assertions import (
+    CheckFailure,
     NotJudged,
+    SubmissionCrashed,
     SubmissionError,
     assert_close,
     at_step,
@@ -286,12 +288,8 @@ BUILDER_INTERFACE = check(
 )
 
 
-@BUILDER_INTERFACE.judges('builder')
-def contract_builder_interface_builder(ev: BuilderEvidence) -> str | None:
-    """``MoCo(base_encoder, dim, K, m, T, mlp)`` builds ``encoder_q`` and ``encoder_k`` with
-    ``base_encoder(num_classes=dim)``, registers the buffers ``queue`` ``[dim, K]`` (float)
-    and ``queue_ptr`` (one integer), and ``forward(im_q, im_k)`` returns ``(logits [B, 1 + K]
-    float, labels [B] int64)``."""
+def _construction(ev: BuilderEvidence) -> None:
+    """What the constructor built, judged before any training."""
     module, p = ev.module, ev.probe
     calls = module.get("factory_calls", [])
     require(bool(calls) and all(c["num_classes"] == p.dim for c in calls),
@@ -314,7 +312,7 @@ def contract_builder_interface_builder(ev: BuilderEvidence) -> str | None:
     require(ptr.get("shape") in ([1], []) and ptr.get("dtype", "").startswith(("int", "uint")),
             "queue_ptr must hold one integer (the next column to overwrite)",
             expected="torch.zeros(1, dtype=torch.long)", got=_shape(ptr))
-    initial = ev.require_run()["initial"].get("queue")
+    initial = ev.constructed()["initial"].get("queue")
     if isinstance(initial, torch.Tensor) and list(initial.shape) == [p.dim, p.K]:
         norms = initial.to(torch.float64).norm(dim=0)  # [K], one per key column
         worst = int((norms - 1).abs().argmax())
@@ -324,6 +322,32 @@ def contract_builder_interface_builder(ev: BuilderEvidence) -> str | None:
                 where="after construction", expected="every column of norm 1",
                 got=f"column {worst} of norm {float(norms[worst]):.4g} (norms "
                     f"{fmt_values(norms, limit=3)})")
+
+
+def _training_crash(ev: BuilderEvidence):
+    try:
+        ev.require_run()
+    except SubmissionCrashed as crash:
+        return crash
+    return None
+
+
+@BUILDER_INTERFACE.judges('builder')
+def contract_builder_interface_builder(ev: BuilderEvidence) -> str | None:
+    """``MoCo(base_encoder, dim, K, m, T, mlp)`` builds ``encoder_q`` and ``encoder_k`` with
+    ``base_encoder(num_classes=dim)``, registers the buffers ``queue`` ``[dim, K]`` (float)
+    and ``queue_ptr`` (one integer), and ``forward(im_q, im_k)`` returns ``(logits [B, 1 + K]
+    float, labels [B] int64)``."""
+    try:
+        _construction(ev)
+    except CheckFailure as failure:
+        crash = _training_crash(ev)
+        if crash is None:
+            raise
+        # the wrong build is the root cause of the crash that followed: told here, once
+        fail(failure.misconception, where=failure.where, expected=failure.expected,
+             got=f"{failure.got}; and so {crash}", details={"tells_crash": crash.part})
+    p = ev.probe
     step = ev.steps[0]
     require(list(step.logits.shape) == [p.batch, 1 + p.K],
             "forward must return logits [B, 1 + K]: the positive, then one column per queue entry",
