@@ -159,3 +159,28 @@ def test_keys_come_back_in_batch_order_after_the_shuffle(monkeypatch):
     with torch.no_grad():
         expected = torch.nn.functional.normalize(model.encoder_k(images), dim=1)
     torch.testing.assert_close(model.queue.T[:4], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoints_load_both_ways_strictly():
+    """An official checkpoint (no queue_ids) loads strictly into moco_ref.MoCo, its queued
+    keys marked as from no known image; official_state_dict() loads strictly into the
+    official module; our own checkpoints keep their ids."""
+    ours, theirs = _pair(seed=3, dim=8, K=12)
+    for _ in range(2):  # move the queue and the pointer away from their initial values
+        theirs(*torch.randn(2, 4, 3, 8, 8))
+    ours.queue_ids.fill_(7)
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    assert torch.equal(ours.queue, theirs.queue) and torch.equal(ours.queue_ptr, theirs.queue_ptr)
+    assert torch.equal(ours.queue_ids, torch.full((12,), -1))
+    for name, value in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[name], value), name
+
+    ours(*torch.randn(2, 4, 3, 8, 8), ids=torch.arange(4))
+    fresh = _official_style()(TinyConvNet, dim=8, K=12)
+    fresh.load_state_dict(ours.official_state_dict(), strict=True)
+    assert torch.equal(fresh.queue, ours.queue)
+
+    again = MoCo(TinyConvNet, dim=8, K=12)
+    again.load_state_dict(ours.state_dict(), strict=True)
+    assert torch.equal(again.queue_ids, ours.queue_ids)
+    assert set(again.queue_ids.tolist()) >= {0, 1, 2, 3}

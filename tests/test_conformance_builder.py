@@ -262,3 +262,18 @@ def test_a_wrong_build_is_named_before_the_crash_it_causes():
     others = [r for r in results if r.check_id in BUILDER_IDS and r is not interface]
     assert all(r.status is Status.NOT_JUDGED and "contract-builder-interface" in r.message
                for r in others)
+
+
+def test_extra_base_encoder_arguments_are_reported():
+    """A module that passes more than num_classes to base_encoder (pretrained=…) is graded as
+    usual and the report names the extra arguments."""
+    source = (SUBMISSIONS / "builder_correct_official_style.py").read_text()
+    source = source.replace("base_encoder(num_classes=dim)",
+                            "base_encoder(num_classes=dim, pretrained=False)")
+    assert "pretrained=False" in source
+    namespace: dict = {"__name__": "builder_with_kwargs"}
+    exec(compile(source, "builder_with_kwargs.py", "exec"), namespace)  # noqa: S102
+    results, inferred = grade(namespace, "builder")
+    assert inferred["base_encoder_extra_arguments"].startswith("pretrained")
+    assert all(r.status in (Status.PASSED, Status.NOT_APPLICABLE) for r in results), \
+        explain(results)

@@ -313,6 +313,16 @@ class BuilderEvidence:
 
     # ----------------------------------------------------------------- report
 
+    def _extra_encoder_arguments(self) -> str | None:
+        """Keyword arguments beyond ``num_classes`` the module passed to ``base_encoder`` (the
+        probe ignores them; with a real encoder, ``pretrained=True`` would start MoCo from
+        supervised weights)."""
+        calls = self.module.get("factory_calls", [])
+        extra = sorted({name for call in calls for name in call.get("kwargs", [])})
+        if not extra:
+            raise LookupError("none")  # left out of the report
+        return ", ".join(extra) + " (ignored by the probe)"
+
     def inferred(self) -> dict:
         """Values inferred from the trace, for the report (best effort, never raises)."""
         p = self.probe
@@ -327,6 +337,7 @@ class BuilderEvidence:
             ("module_T", lambda: self.module.get("attributes", {}).get("T")),
             ("queue_layout", lambda: self.queue_layout),
             ("process_group", lambda: self.record.get("environment", {}).get("process_group")),
+            ("base_encoder_extra_arguments", self._extra_encoder_arguments),
         ):
             try:
                 found[name] = getter()
