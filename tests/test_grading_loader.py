@@ -295,3 +295,61 @@ def test_plain_data_converts_or_refuses():
     assert torch.equal(data["a"], torch.arange(2)) and data["n"] == 0.5 and data["t"] == (1, None)
     with pytest.raises(TypeError, match=r"observations\['bad'\]\[0\] is a builtins.object"):
         plain_data({"bad": [object()]})
+
+
+# --------------------------------------------------------------------------- what students hand in
+
+
+def _correct_source() -> str:
+    from tests.conformance_support import SUBMISSIONS
+
+    return (SUBMISSIONS / "correct_lab_order.py").read_text()
+
+
+def test_a_byte_order_mark_and_a_coding_line_are_read_as_python_reads_them(tmp_path):
+    bom = tmp_path / "bom.py"
+    bom.write_bytes(b"\xef\xbb\xbf" + _correct_source().encode())
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(b"# -*- coding: latin-1 -*-\nCAFE = '\xe9'\n" + _correct_source().encode())
+    assert callable(load_submission(str(bom)).namespace["train_moco"])
+    assert load_submission(str(latin)).namespace["CAFE"] == "\u00e9"
+
+
+def test_a_notebook_export_s_get_ipython_calls_are_skipped_and_noted(tmp_path):
+    source = ("get_ipython().system('pip install torch')\n"
+              "files = get_ipython().getoutput('ls')\n"
+              "if True:\n    get_ipython().run_line_magic('matplotlib', 'inline')\n"
+              "X = 3\n")
+    loaded = load_submission(write(tmp_path, "export.py", source))
+    assert loaded.namespace["X"] == 3 and "files" not in loaded.namespace
+    assert len(loaded.notes) == 1 and "pip install torch" in loaded.notes[0]
+
+
+@pytest.mark.parametrize(("name", "content", "says"), [
+    ("empty.py", b"  \n", "empty.py is empty"),
+    ("bad.py", b"x = '\xff\xfe'\n", "bad.py cannot be decoded as Python source"),
+    ("broken.ipynb", b'{"cells": [', "broken.ipynb is not a readable notebook"),
+    ("noentry.py", b"x = 1\n", "no MoCo entry point found"),
+])
+def test_a_file_that_is_no_submission_is_one_sentence(tmp_path, name, content, says):
+    path = tmp_path / name
+    path.write_bytes(content)
+    record = observe_submission(str(path), GradeOptions())["result"]
+    assert record["gradable"] is False
+    assert record["traceback"].startswith(says)
+    assert "Traceback" not in record["traceback"] and "moco_ref" not in record["traceback"]
+
+
+def test_a_syntax_error_in_a_cell_that_defines_nothing_keeps_the_notebook_gradable(tmp_path):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("X = 2"),
+                      nbformat.v4.new_code_cell("for i in range(3)\n    print(i)")]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(notebook, str(path))
+    loaded = load_submission(str(path))
+    assert loaded.namespace["X"] == 2
+    assert any("cell 2: skipped, it does not parse" in note for note in loaded.notes)
+    notebook.cells.append(nbformat.v4.new_code_cell("def train_moco(:\n    pass"))
+    nbformat.write(notebook, str(path))
+    with pytest.raises(SyntaxError):  # a definition's syntax error is the student's to fix
+        load_submission(str(path))

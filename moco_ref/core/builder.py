@@ -1,10 +1,10 @@
 """``MoCo``: a drop-in for the official repository's module, built on the reference core.
 
 Same constructor, buffers (``queue`` ``[dim, K]``, ``queue_ptr``) and ``forward(im_q, im_k)
--> (logits, labels)``; an official checkpoint loads strictly (its queue gets no source ids) and
-``official_state_dict()`` is one the official module loads strictly. Beyond the official one: ``forward(..., ids=...)`` masks same-source
-negatives, K need not be a multiple of the batch size, ``order`` chooses where the EMA sits,
-and bad arguments raise clear errors.
+-> (logits, labels)``; an official checkpoint loads strictly (its queue gets no source ids)
+and ``official_state_dict()`` is one the official module loads strictly. Beyond the official
+one: ``forward(..., ids=...)`` masks same-source negatives, K need not be a multiple of the
+batch size, ``order`` chooses where the EMA sits, and bad arguments raise clear errors.
 """
 
 from __future__ import annotations
@@ -70,12 +70,13 @@ class MoCo(nn.Module):
         self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))
         self.register_buffer("queue_ids", torch.full((K,), NO_SOURCE, dtype=torch.long))  # [K]
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+    def _load_from_state_dict(self, state_dict, prefix, *args) -> None:
         # An official checkpoint has no queue_ids: its queued keys come from images nobody
-        # recorded, so they are never masked. load_state_dict passes a copy of the dict.
+        # recorded, so they are never masked. load_state_dict passes a copy of the dict, and
+        # every argument positionally.
         if prefix + "queue" in state_dict and prefix + "queue_ids" not in state_dict:
             state_dict[prefix + "queue_ids"] = torch.full_like(self.queue_ids, NO_SOURCE)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def official_state_dict(self) -> dict[str, torch.Tensor]:
         """``state_dict()`` without ``queue_ids``: what the official module loads strictly."""

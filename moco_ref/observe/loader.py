@@ -35,6 +35,11 @@ class TargetError(ValueError):
     """A path or module name that names no submission (a usage error, not a grade)."""
 
 
+class NotASubmission(ValueError):
+    """A file the grader cannot read as a submission (empty, undecodable, a corrupt notebook,
+    no entry point): "not gradable" with this one sentence, no traceback."""
+
+
 @dataclass
 class LoadedSubmission:
     target: str
@@ -136,11 +141,63 @@ def _fresh_module(file: Path | None) -> types.ModuleType:
 
 
 def _load_python_file(path: Path) -> LoadedSubmission:
-    source = path.read_text(encoding="utf-8")
+    source = _decoded(path)
     module = _fresh_module(path.resolve())
-    code = compile(source, str(path), "exec", dont_inherit=True)
-    exec(code, module.__dict__)
-    return LoadedSubmission(str(path), "python file", module.__dict__)
+    tree = ast.parse(source, filename=str(path))
+    notes = []
+    removed = IPythonCalls().strip(tree)
+    if removed:
+        quoted = [f"`{line}`" for line in removed]
+        notes.append(f"skipped IPython calls of a notebook export {_shown(quoted)}")
+    _remember_source(str(path), source)
+    exec(compile(tree, str(path), "exec", dont_inherit=True), module.__dict__)
+    return LoadedSubmission(str(path), "python file", module.__dict__, notes)
+
+
+def _decoded(path: Path) -> str:
+    """The file's text as Python itself would read it: a UTF-8 byte-order mark or a
+    ``# -*- coding: … -*-`` line decides (PEP 263), UTF-8 otherwise."""
+    data = path.read_bytes()
+    try:
+        source = importlib.util.decode_source(data)
+    except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
+        reason = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+        raise NotASubmission(f"{path.name} cannot be decoded as Python source: {reason} (save "
+                             "it as UTF-8, or declare its encoding in a `# -*- coding: … -*-` "
+                             "line)") from None
+    if not source.strip():
+        raise NotASubmission(f"{path.name} is empty: a lab submission defines train_moco and "
+                             "moco_warmup, a builder submission a class MoCo")
+    return source
+
+
+class IPythonCalls(ast.NodeTransformer):
+    """``get_ipython().system(…)``, ``.run_line_magic(…)``, ``.run_cell_magic(…)`` — what
+    Jupyter and Colab write for magics and ``!`` lines when a notebook is exported as
+    ``.py`` — become ``pass``, like the magics of a notebook."""
+
+    def strip(self, tree: ast.Module) -> list[str]:
+        self.removed: list[str] = []
+        self.visit(tree)
+        ast.fix_missing_locations(tree)
+        return self.removed
+
+    def _replace(self, node: ast.stmt, value: ast.expr):
+        if _calls_get_ipython(value):
+            self.removed.append(ast.unparse(node)[:70])
+            return ast.copy_location(ast.Pass(), node)
+        return self.generic_visit(node)
+
+    def visit_Expr(self, node: ast.Expr):
+        return self._replace(node, node.value)
+
+    def visit_Assign(self, node: ast.Assign):
+        return self._replace(node, node.value)
+
+
+def _calls_get_ipython(node: ast.expr) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+               and n.func.id == "get_ipython" for n in ast.walk(node))
 
 
 def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
@@ -149,7 +206,12 @@ def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
     except ImportError as exc:  # pragma: no cover - a dependency of moco-ref
         raise ImportError("grading notebooks needs nbformat: pip install nbformat") from exc
 
-    notebook = nbformat.read(str(path), as_version=4)
+    try:
+        notebook = nbformat.read(str(path), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook, unknown version
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise NotASubmission(f"{path.name} is not a readable notebook ({first}); open it in "
+                             "Jupyter and save it again, or hand in a .py file") from None
     module = _fresh_module(None)
     notes: list[str] = []
     definitions = DefinitionFilter()
@@ -166,7 +228,14 @@ def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
         if not source.strip():
             continue
         filename = f"{path}#cell{number}"
-        tree = ast.parse(source, filename=filename)  # a SyntaxError names the cell
+        try:
+            tree = ast.parse(source, filename=filename)  # a SyntaxError names the cell
+        except SyntaxError as error:
+            if execute_all_cells or _defines_something(source):
+                raise
+            notes.append(f"cell {number}: skipped, it does not parse ({error.msg}, line "
+                         f"{error.lineno}) and defines no function or class")
+            continue
         if not execute_all_cells:
             kept, skipped = definitions.split(tree.body)
             if skipped:
@@ -184,6 +253,15 @@ def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
         notes.append(f"executed all {code_cells} code cells (--execute-all-cells)")
     return LoadedSubmission(str(path), "notebook", module.__dict__, notes,
                             dict(list(skipped_names.items())[:MAX_SKIPPED_NAMES]))
+
+
+_DEFINITION_LINE = re.compile(r"^(async\s+def|def|class)\s", re.MULTILINE)
+
+
+def _defines_something(source: str) -> bool:
+    """Whether an unparsable cell starts a top-level ``def`` or ``class`` (a cell that would be
+    kept, so its syntax error is the submission's to fix)."""
+    return bool(_DEFINITION_LINE.search(source))
 
 
 def _remember_source(filename: str, source: str) -> None:

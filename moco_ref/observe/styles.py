@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moco_ref.observe.loader import NotASubmission
+
 
 @dataclass(frozen=True)
 class Part:
@@ -55,7 +57,7 @@ def detect_style(namespace: dict) -> str:
         return COMPONENTS.name
     if callable(namespace.get("moco_warmup")):
         return LAB.name
-    raise ValueError(
+    raise NotASubmission(
         "no MoCo entry point found: a lab submission defines train_moco and moco_warmup, a "
         "builder submission a class MoCo, a components submission KeyQueue, "
         "momentum_update, contrastive_logits and info_nce_loss (see COMPONENTS.md)"

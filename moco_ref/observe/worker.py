@@ -27,7 +27,12 @@ import torch
 from moco_ref.observe import observers as _observe  # noqa: F401
 from moco_ref.observe import parts as parts_module
 from moco_ref.observe.channel import PART, PART_START, RESULT, STAGE, FrameWriter
-from moco_ref.observe.loader import SUBMISSION_MODULE_NAME, is_module_target, load_submission
+from moco_ref.observe.loader import (
+    SUBMISSION_MODULE_NAME,
+    NotASubmission,
+    is_module_target,
+    load_submission,
+)
 from moco_ref.observe.options import GradeOptions
 
 RECORD_FORMAT = 2
@@ -161,7 +166,10 @@ def plain_data(value, where: str = "observations"):
 
 def submission_traceback(exc: BaseException) -> str:
     """The traceback from the submission's point of view: the grader's own loading frames
-    (this package and importlib's) are dropped from the top."""
+    (this package and importlib's) are dropped from the top. A file that is no submission at
+    all is said in one sentence."""
+    if isinstance(exc, NotASubmission):
+        return str(exc)
     tb = exc.__traceback__
     while tb is not None and _is_loading_frame(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
