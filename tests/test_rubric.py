@@ -122,3 +122,21 @@ def test_rubric_pairs_in_the_options_set_the_points(correct_record):
     by_id = {r.check_id: r for r in results}
     assert by_id["I1-key-grads-none"].max_points == 0
     assert sum(r.points for r in results) == pytest.approx(100)
+
+
+def test_visibility_and_output_settings(tmp_path):
+    path = tmp_path / "rubric.toml"
+    path.write_text('[visibility]\nI4 = "after_due_date"\n"I4-positive-never-masked" = "hidden"\n'
+                    '[output]\nshow_submission_output = true\n')
+    rubric = load_rubric(path)
+    assert rubric.visibility_of("I4-same-source-masked") == "after_due_date"
+    assert rubric.visibility_of("I4-positive-never-masked") == "hidden"
+    assert rubric.visibility_of("I3-fifo-keeps-newest") == "visible"
+    assert rubric.show_submission_output is True
+    assert DEFAULT_RUBRIC.show_submission_output is False
+    for text, says in (('[visibility]\nI4 = "later"\n', "must be one of"),
+                       ('[visibility]\nI44 = "hidden"\n', "no check or family 'I44'"),
+                       ('[output]\nshow = 1\n', "no setting 'show'")):
+        path.write_text(text)
+        with pytest.raises(RubricError, match=says):
+            load_rubric(path)

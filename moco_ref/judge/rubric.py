@@ -17,6 +17,10 @@ rubric show [FILE]`` prints the effective points)::
     warmup = 0
     [checks]
     "I8-key-from-other-view" = 3   # relative to the other I8 checks' points
+    [visibility]    # per check or family: visible, after_due_date, after_published, hidden
+    I4 = "after_due_date"
+    [output]
+    show_submission_output = false  # the submission's stdout/stderr in student feedback
 
 The rubric travels in ``GradeOptions.rubric`` as sorted ``(key, value)`` pairs (``total``,
 ``family:I4``, ``check:I8-…``), so it is part of the cache key of every report.
@@ -33,6 +37,7 @@ import tomllib
 from moco_ref.judge.registry import FAMILIES, all_checks, get_check, unknown_selectors
 
 DEFAULT_TOTAL = 100.0
+VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
 DEFAULT_FAMILY_WEIGHTS = {family: 1.0 for family in FAMILIES} | {"warmup": 0.5}
 
 
@@ -45,6 +50,14 @@ class Rubric:
     total: float = DEFAULT_TOTAL
     families: dict[str, float] = field(default_factory=dict)  # overrides of the defaults
     checks: dict[str, float] = field(default_factory=dict)  # in-family weights (default: points)
+    # how the feedback shows (not what is judged: left out of the options and the cache key)
+    visibility: dict[str, str] = field(default_factory=dict)  # check id or family -> one of
+    show_submission_output: bool = False
+
+    def visibility_of(self, check_id: str) -> str:
+        """The check's own entry, else its family's, else ``visible``."""
+        family = check_id.split("-", 1)[0]
+        return self.visibility.get(check_id) or self.visibility.get(family) or "visible"
 
     def family_weight(self, family: str) -> float:
         return self.families.get(family, DEFAULT_FAMILY_WEIGHTS[family])
@@ -101,10 +114,10 @@ def load_rubric(path) -> Rubric:
 
 
 def rubric_from_mapping(data: dict, where: str = "rubric") -> Rubric:
-    unknown = sorted(set(data) - {"total", "families", "checks"})
+    unknown = sorted(set(data) - {"total", "families", "checks", "visibility", "output"})
     if unknown:
         raise RubricError(f"{where}: unknown key {unknown[0]!r} (expected total, [families], "
-                          "[checks])")
+                          "[checks], [visibility], [output])")
     total = _weight(data.get("total", DEFAULT_TOTAL), f"{where}: total")
     if total <= 0:
         raise RubricError(f"{where}: total must be positive, not {total:g}")
@@ -121,7 +134,26 @@ def rubric_from_mapping(data: dict, where: str = "rubric") -> Rubric:
                           "them; families go in [families])")
     for name in checks:
         get_check(name)
-    return Rubric(total, families, checks)
+    visibility = data.get("visibility", {})
+    if not isinstance(visibility, dict):
+        raise RubricError(f"{where}: [visibility] must be a table of check or family = "
+                          "visibility")
+    for name, value in visibility.items():
+        if name not in FAMILIES and unknown_selectors([name]):
+            raise RubricError(f"{where}: [visibility] has no check or family {name!r}")
+        if value not in VISIBILITIES:
+            raise RubricError(f"{where}: [visibility] {name} must be one of "
+                              f"{', '.join(VISIBILITIES)}, not {value!r}")
+    output = data.get("output", {})
+    unknown = sorted(set(output) - {"show_submission_output"}) if isinstance(output, dict) \
+        else ["(not a table)"]
+    if unknown:
+        raise RubricError(f"{where}: [output] has no setting {unknown[0]!r} (expected "
+                          "show_submission_output)")
+    show = output.get("show_submission_output", False)
+    if not isinstance(show, bool):
+        raise RubricError(f"{where}: [output] show_submission_output must be true or false")
+    return Rubric(total, families, checks, dict(visibility), show)
 
 
 def _table(value, where: str) -> dict[str, float]:
