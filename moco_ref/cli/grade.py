@@ -35,7 +35,8 @@ def _add_grade(subparsers) -> None:
         "--min-score.",
     )
     parser.add_argument(
-        "paths", nargs="+", metavar="PATH", help=".py, .ipynb, a folder of them, or pkg.module"
+        "paths", nargs="*", metavar="PATH",
+        help=".py, .ipynb, a folder of them, a .zip a learning platform exported, or pkg.module"
     )
     parser.add_argument("--style", choices=STYLES, help="skip style detection")
     output = parser.add_argument_group("output")
@@ -64,6 +65,16 @@ def _add_grade(subparsers) -> None:
                        "relative path), e.g. for CI matrix jobs")
     batch.add_argument("--force", action="store_true",
                        help="grade again even submissions the cache in --out has seen")
+    batch.add_argument("--per-student-folders", action="store_true",
+                       help="each folder under PATH is one student's submission (the main file "
+                            "found by its entry points, the rest helper modules); automatic "
+                            "for a .zip and for Gradescope's export")
+    batch.add_argument("--only", nargs="+", metavar="ID", default=(),
+                       help="regrade only these submissions (name, folder or student id); the "
+                            "others come from the cache in --out")
+    batch.add_argument("--merge", nargs="+", metavar="OUT",
+                       help="merge the summaries of these output folders (e.g. shards) into "
+                            "summary.json, summary.csv and grades.csv in --out; grades nothing")
     output.add_argument(
         "--min-score",
         metavar="X",
@@ -209,7 +220,29 @@ def _unknown_checks(selected: tuple[str, ...]) -> list[str]:
 
 
 def _is_batch(args: argparse.Namespace) -> bool:
-    return bool(args.out or args.shard or any(Path(p).is_dir() for p in args.paths))
+    return bool(args.out or args.shard or args.only or args.per_student_folders or any(
+        Path(p).is_dir() or p.endswith(".zip") for p in args.paths))
+
+
+def _run_merge(args: argparse.Namespace) -> int:
+    from moco_ref.observe.loader import TargetError
+    from moco_ref.report.batch import DEFAULT_OUT, write_merged
+    from moco_ref.report.gradebook import merge
+
+    if args.paths:
+        return _usage_error("--merge reads output folders and grades nothing: give no PATH")
+    try:
+        summary, notes = merge([Path(p) for p in args.merge])
+    except TargetError as exc:
+        return _usage_error(str(exc))
+    out = Path(args.out or DEFAULT_OUT)
+    write_merged(out, summary)
+    for note in notes:
+        print(f"note: {note}")
+    rows = summary["submissions"]
+    print(f"merged {len(rows)} submission(s) from {len(args.merge)} output(s) into "
+          f"{out}/summary.json, summary.csv and grades.csv")
+    return EXIT_OK
 
 
 def run_grade(args: argparse.Namespace) -> int:
@@ -218,6 +251,10 @@ def run_grade(args: argparse.Namespace) -> int:
     from moco_ref.report.formats import print_reports, to_json, write_gradescope, write_junit
     from moco_ref.report.scoring import MinScore, meets
 
+    if args.merge:
+        return _run_merge(args)
+    if not args.paths:
+        return _usage_error("grade needs at least one PATH (or --merge OUT …)")
     try:
         minimum = MinScore.parse(args.min_score) if args.min_score else MinScore()
     except ValueError as exc:
@@ -291,6 +328,7 @@ def _run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
             args.paths, options, out=out, jobs=args.jobs, shard=shard, force=args.force,
             gradescope=args.gradescope is not None, junit=args.junit == "",
             on_start=progress.start, on_done=progress.advance,
+            per_folder=args.per_student_folders, only=tuple(args.only),
         )
     except TargetError as exc:
         return _usage_error(str(exc))

@@ -8,6 +8,7 @@ import sys
 
 from moco_ref import __version__
 from moco_ref.cli import checks as checks_cli
+from moco_ref.cli import diff_grades as diff_grades_cli
 from moco_ref.cli import doctor as doctor_cli
 from moco_ref.cli import golden as golden_cli
 from moco_ref.cli import grade as grading_cli
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     training_cli.add_parser(subparsers)
     sensitivity_cli.add_parser(subparsers)
     rubric_cli.add_parser(subparsers)
+    diff_grades_cli.add_parser(subparsers)
     return parser
 
 

@@ -51,7 +51,7 @@ from moco_ref.observe.loader import (
     is_module_target,
 )
 from moco_ref.observe.options import GradeOptions
-from moco_ref.report.scoring import NOT_PASSED, points_str
+from moco_ref.report.scoring import NOT_PASSED, failed_families, points_str
 
 DEFAULT_OUT = "grading-reports"
 CACHE_FOLDER = ".cache"
@@ -66,6 +66,9 @@ _SKIPPED_FILES = {"conftest.py", "setup.py"}
 class Target:
     path: str  # what is graded: a file path or a module path
     name: str  # stable identifier: relative path (or module path); names the report files
+    student_id: str = ""  # from the platform's export, when it says
+    student_name: str = ""
+    note: str = ""  # how the file was chosen (latest of several, helper modules beside it)
 
 
 @dataclass
@@ -79,6 +82,7 @@ class Outcome:
 class BatchResult:
     outcomes: list[Outcome] = field(default_factory=list)
     skipped_by_shard: int = 0
+    not_regraded: int = 0  # --only: submissions neither chosen nor in the cache
     out: Path | None = None
     wall_seconds: float = 0.0
 
@@ -86,14 +90,28 @@ class BatchResult:
 # --------------------------------------------------------------------------- targets
 
 
-def find_targets(paths) -> list[Target]:
-    """Submissions under ``paths``: folders are searched recursively (hidden, private and
-    test-config files left out, as ``expand_targets`` does for one level)."""
+def find_targets(paths, workdir: Path | None = None, *, per_folder: bool = False
+                 ) -> list[Target]:
+    """Submissions under ``paths``: a ``.zip`` is unpacked into ``workdir`` and read as a
+    folder; a platform's export (one folder per student, Canvas's flat download) gives one
+    submission per student (``intake``); other folders are searched recursively (hidden,
+    private and test-config files left out, as ``expand_targets`` does for one level)."""
+    from moco_ref.report.intake import class_submissions, unpack_zip
+
     targets: list[Target] = []
     seen: set[str] = set()
+    workdir = workdir or Path(DEFAULT_OUT) / ".intake"
     for raw in paths:
         path = Path(str(raw))
-        if path.is_dir():
+        from_zip = path.suffix == ".zip" and path.is_file()
+        if from_zip:
+            path = unpack_zip(path, workdir / "unpacked")
+        students = class_submissions(path, workdir, per_folder=per_folder or from_zip) \
+            if path.is_dir() else None
+        if students:
+            targets.extend(Target(str(s.path), s.name, s.student_id, s.student_name, s.note)
+                           for s in students)
+        elif path.is_dir():
             found = []
             for file in sorted(path.rglob("*")):
                 relative = file.relative_to(path)
@@ -275,6 +293,19 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
+def chosen_by(target: Target, only) -> bool:
+    """Whether ``--only`` names this submission: its name, file stem, folder or student id."""
+    names = {target.name, Path(target.name).stem, target.name.split("/", 1)[0]}
+    names |= set(target.student_id.split(";")) - {""}
+    return bool(names & set(only))
+
+
+def _with_target_note(report: SubmissionReport, target: Target) -> SubmissionReport:
+    if target.note and target.note not in report.notes:
+        report.notes.insert(0, target.note)
+    return report
+
+
 def write_reports(out: Path, outcome: Outcome, options: GradeOptions, *,
                   gradescope: bool = False, junit: bool = False) -> None:
     from moco_ref.report.formats import gradescope_results, junit_tree, to_json
@@ -307,8 +338,42 @@ def summary_rows(outcomes: list[Outcome]) -> list[dict]:
             "wall_seconds": round(report.wall_seconds, 3),
             "cached": outcome.cached,
             "style": report.style,
+            "student_id": outcome.target.student_id,
+            "student_name": outcome.target.student_name,
+            "status": grade_status(report),
+            "failed_families": failed_families(report),
         })
     return rows
+
+
+def grade_status(report: SubmissionReport) -> str:
+    """``graded``, ``not gradable`` or ``timeout`` (ran out of time, whole or in part)."""
+    if any(result.status is Status.TIMEOUT for result in report.results) or (
+            not report.gradable and "timed out" in report.traceback.lower()):
+        return "timeout"
+    return "graded" if report.gradable else "not gradable"
+
+
+GRADEBOOK_FIELDS = ("student_id", "student_name", "submission", "score", "max_score", "percent",
+                    "status", "failed_families")
+
+
+def gradebook_csv(rows: list[dict]) -> str:
+    """``grades.csv``: one row per submission, for a learning platform's gradebook."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=GRADEBOOK_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        maximum = row["max_score"] or 0.0
+        writer.writerow({
+            "student_id": row.get("student_id", ""), "student_name": row.get("student_name", ""),
+            "submission": row["submission"], "score": points_str(row["score"]),
+            "max_score": points_str(maximum),
+            "percent": points_str(100 * row["score"] / maximum) if maximum else "0",
+            "status": row.get("status", "graded" if row["gradable"] else "not gradable"),
+            "failed_families": ";".join(row.get("failed_families", [])),
+        })
+    return buffer.getvalue()
 
 
 def summary_stem(shard: tuple[int, int] | None) -> str:
@@ -321,11 +386,13 @@ def write_summary(out: Path, result: BatchResult, options: GradeOptions, *,
     rows = summary_rows(result.outcomes)
     stem = summary_stem(shard)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=SUMMARY_FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=SUMMARY_FIELDS, lineterminator="\n",
+                            extrasaction="ignore")
     writer.writeheader()
     for row in rows:
         writer.writerow({**row, "failed_checks": ";".join(row["failed_checks"])})
     _write_atomic(out / f"{stem}.csv", buffer.getvalue())
+    _write_atomic(out / f"{stem.replace('summary', 'grades')}.csv", gradebook_csv(rows))
     _write_atomic(out / f"{stem}.json", _dumps({
         "format": "moco-ref-batch/1",
         "grader": grader_fingerprint(),
@@ -339,6 +406,21 @@ def write_summary(out: Path, result: BatchResult, options: GradeOptions, *,
         "cached": sum(o.cached for o in result.outcomes),
         "submissions": rows,
     }))
+
+
+def write_merged(out: Path, summary: dict) -> None:
+    """A merged summary (``gradebook.merge``) as summary.json, summary.csv and grades.csv."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = summary["submissions"]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=SUMMARY_FIELDS, lineterminator="\n",
+                            extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({**row, "failed_checks": ";".join(row.get("failed_checks", []))})
+    _write_atomic(out / "summary.csv", buffer.getvalue())
+    _write_atomic(out / "summary.json", _dumps(summary))
+    _write_atomic(out / "grades.csv", gradebook_csv(rows))
 
 
 # --------------------------------------------------------------------------- the run
@@ -356,6 +438,8 @@ def grade_folder(
     junit: bool = False,
     on_done: Callable[[Outcome], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    per_folder: bool = False,
+    only: tuple[str, ...] = (),
 ) -> BatchResult:
     """Grade every submission under ``paths`` (of ``shard``), writing reports and summaries to
     ``out``; ``on_start(total)`` once, ``on_done(outcome)`` as each finishes."""
@@ -365,7 +449,10 @@ def grade_folder(
     started = time.monotonic()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    targets = find_targets(paths)
+    targets = find_targets(paths, out / ".intake", per_folder=per_folder)
+    chosen = {t.name for t in targets if chosen_by(t, only)} if only else None
+    if chosen is not None and not chosen:
+        raise TargetError(f"--only {' '.join(only)}: no such submission or student id")
     result = BatchResult(out=out)
     if shard is not None:
         kept = [t for t in targets if shard_of(t.name, shard[1]) == shard[0]]
@@ -377,8 +464,13 @@ def grade_folder(
     to_grade: list[tuple[Target, str | None]] = []
     for target in targets:
         key = cache_key(target, options)
-        cached = None if force else load_cached(out, key, target)
+        regrade = force or (chosen is not None and target.name in chosen)
+        cached = None if regrade else load_cached(out, key, target)
+        if cached is None and chosen is not None and target.name not in chosen:
+            result.not_regraded += 1  # --only: the others come from the cache, or not at all
+            continue
         if cached is not None:
+            cached = _with_target_note(cached, target)
             outcome = Outcome(target, cached, cached=True)
             outcomes[target.name] = outcome
             write_reports(out, outcome, options, gradescope=gradescope, junit=junit)
@@ -390,6 +482,7 @@ def grade_folder(
 
     def finished(report: SubmissionReport) -> None:
         target, key = by_path[report.submission]
+        report = _with_target_note(report, target)
         outcome = Outcome(target, report)
         write_reports(out, outcome, options, gradescope=gradescope, junit=junit)
         store_cached(out, key, report)
@@ -400,7 +493,7 @@ def grade_folder(
                           on_report=finished)
     for (target, _), report in zip(to_grade, reports, strict=True):
         outcomes[target.name] = Outcome(target, report)
-    result.outcomes = [outcomes[target.name] for target in targets]
+    result.outcomes = [outcomes[target.name] for target in targets if target.name in outcomes]
     result.wall_seconds = time.monotonic() - started
     write_summary(out, result, options, shard=shard, jobs=jobs,
                   isolation=isolation_description() if to_grade else "")
