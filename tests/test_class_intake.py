@@ -133,3 +133,15 @@ def test_bad_gradebook_input_is_one_line(tmp_path, capsys):
     assert main(["grade"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("moco-ref: error:") for line in err)
+
+
+def test_prairielearn_results_from_the_command_line(tmp_path):
+    out = tmp_path / "pl.json"
+    assert main(["grade", str(SUBMISSIONS / "bug_no_mask.py"), "--prairielearn", str(out),
+                 "--brief"]) == 1
+    data = json.loads(out.read_text())
+    assert data["gradable"] is True and 0 < data["score"] < 1
+    assert {"name", "points", "max_points"} <= set(data["tests"][0])
+    failed = [t for t in data["tests"] if t["points"] < t["max_points"]]
+    assert [t["name"].split(":")[0] for t in failed] == ["I4-same-source-masked"]
+    assert "/work" not in out.read_text() and "rerun" not in out.read_text()

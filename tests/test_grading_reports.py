@@ -137,17 +137,21 @@ def test_gradescope_results_schema(tmp_path):
     write_gradescope(_graded(), path)
     data = json.loads(path.read_text())
     assert data["score"] == 2 and data["execution_time"] == 9
-    assert "inferred: m=0.95" in data["output"] and "B1-ddp" in data["output"]
+    assert data["output_format"] == "md" and data["stdout_visibility"] == "hidden"
+    assert "m=0.95" in data["output"] and "B1-ddp" in data["output"]
     assert [test["name"].split(":")[0] for test in data["tests"]] == [
         "I1-key-grads-none", "I3-fifo-keeps-newest", "I6-orders"  # not applicable: not a test
     ]
     for test in data["tests"]:
-        assert set(test) == {"name", "score", "max_score", "status", "output", "visibility"}
+        assert set(test) == {"name", "number", "score", "max_score", "status", "output",
+                             "output_format", "visibility", "tags"}
         assert test["status"] in ("passed", "failed") and test["visibility"] == "visible"
+        assert "rerun" not in test["output"]  # students get no local commands
     passed, fifo, timeout = data["tests"]
     assert (passed["score"], passed["max_score"], passed["status"]) == (2, 2, "passed")
     assert (fifo["score"], fifo["max_score"], fifo["status"]) == (0, 3, "failed")
-    assert FIFO_MESSAGE in fifo["output"] and "status: timeout" in timeout["output"]
+    assert FIFO_MESSAGE in fifo["output"] and "Timed out" in timeout["output"]
+    assert timeout["tags"] == ["I6", "timeout"] and fifo["number"] == "I3.1"
 
 
 def test_gradescope_not_gradable_shows_the_traceback():

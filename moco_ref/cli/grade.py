@@ -49,6 +49,10 @@ def _add_grade(subparsers) -> None:
         "submission in --out",
     )
     output.add_argument(
+        "--prairielearn", metavar="FILE",
+        help="also write PrairieLearn external-grader results to FILE (one submission)",
+    )
+    output.add_argument(
         "--gradescope", metavar="FILE", nargs="?", const="",
         help="also write Gradescope results.json: to FILE (one submission), or without FILE "
         "one file per submission in --out",
@@ -283,6 +287,9 @@ def run_grade(args: argparse.Namespace) -> int:
         return _usage_error(str(exc))
     if args.gradescope is not None and len(targets) != 1:
         return _usage_error(f"--gradescope writes one submission's results; got {len(targets)}")
+    if args.prairielearn and len(targets) != 1:
+        return _usage_error(f"--prairielearn writes one submission's results; got "
+                            f"{len(targets)}")
     if args.gradescope == "" or args.junit == "":
         return _usage_error("--gradescope/--junit without FILE write one file per submission "
                             "into --out (batch grading): give a FILE or --out DIR")
@@ -297,9 +304,21 @@ def run_grade(args: argparse.Namespace) -> int:
         _print_summary(reports, passed, minimum)
     if args.junit:
         write_junit(reports, args.junit, options)
+    rubric = _rubric_of(args)
     if args.gradescope:
-        write_gradescope(reports[0], args.gradescope, options)
+        write_gradescope(reports[0], args.gradescope, options, rubric)
+    if args.prairielearn:
+        from moco_ref.report.lms import write_prairielearn
+
+        write_prairielearn(reports[0], args.prairielearn, rubric)
     return EXIT_OK if all(passed) else EXIT_BELOW
+
+
+def _rubric_of(args: argparse.Namespace):
+    """The course's rubric (already validated with the options), or the default."""
+    from moco_ref.judge.rubric import DEFAULT_RUBRIC, load_rubric
+
+    return load_rubric(args.rubric) if getattr(args, "rubric", None) else DEFAULT_RUBRIC
 
 
 def _run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
@@ -318,6 +337,8 @@ def _run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
         shard = parse_shard(args.shard) if args.shard else None
     except ValueError as exc:
         return _usage_error(str(exc))
+    if args.prairielearn:
+        return _usage_error("--prairielearn writes one submission's results: grade one file")
     if args.gradescope:
         return _usage_error("in batch grading --gradescope takes no FILE: one results file per "
                             "submission goes into --out")
@@ -328,7 +349,7 @@ def _run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
             args.paths, options, out=out, jobs=args.jobs, shard=shard, force=args.force,
             gradescope=args.gradescope is not None, junit=args.junit == "",
             on_start=progress.start, on_done=progress.advance,
-            per_folder=args.per_student_folders, only=tuple(args.only),
+            per_folder=args.per_student_folders, only=tuple(args.only), rubric=_rubric_of(args),
         )
     except TargetError as exc:
         return _usage_error(str(exc))

@@ -12,6 +12,7 @@ from moco_ref.cli import diff_grades as diff_grades_cli
 from moco_ref.cli import doctor as doctor_cli
 from moco_ref.cli import golden as golden_cli
 from moco_ref.cli import grade as grading_cli
+from moco_ref.cli import gradescope as gradescope_cli
 from moco_ref.cli import refactor as refactor_cli
 from moco_ref.cli import rubric as rubric_cli
 from moco_ref.cli import sensitivity as sensitivity_cli
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     training_cli.add_parser(subparsers)
     sensitivity_cli.add_parser(subparsers)
     rubric_cli.add_parser(subparsers)
+    gradescope_cli.add_parser(subparsers)  # gradescope build, test, run
     diff_grades_cli.add_parser(subparsers)
     return parser
 

@@ -307,14 +307,14 @@ def _with_target_note(report: SubmissionReport, target: Target) -> SubmissionRep
 
 
 def write_reports(out: Path, outcome: Outcome, options: GradeOptions, *,
-                  gradescope: bool = False, junit: bool = False) -> None:
+                  gradescope: bool = False, junit: bool = False, rubric=None) -> None:
     from moco_ref.report.formats import gradescope_results, junit_tree, to_json
 
     stem = report_stem(outcome.target)
     _write_atomic(out / f"{stem}.json", to_json([outcome.report], options))
     if gradescope:
         _write_atomic(out / f"{stem}.gradescope.json",
-                      _dumps(gradescope_results(outcome.report, options)))
+                      _dumps(gradescope_results(outcome.report, options, rubric)))
     if junit:
         import xml.etree.ElementTree as ET
 
@@ -440,6 +440,7 @@ def grade_folder(
     on_start: Callable[[int], None] | None = None,
     per_folder: bool = False,
     only: tuple[str, ...] = (),
+    rubric=None,
 ) -> BatchResult:
     """Grade every submission under ``paths`` (of ``shard``), writing reports and summaries to
     ``out``; ``on_start(total)`` once, ``on_done(outcome)`` as each finishes."""
@@ -473,7 +474,8 @@ def grade_folder(
             cached = _with_target_note(cached, target)
             outcome = Outcome(target, cached, cached=True)
             outcomes[target.name] = outcome
-            write_reports(out, outcome, options, gradescope=gradescope, junit=junit)
+            write_reports(out, outcome, options, gradescope=gradescope, junit=junit,
+                          rubric=rubric)
             if on_done is not None:
                 on_done(outcome)
         else:
@@ -484,7 +486,8 @@ def grade_folder(
         target, key = by_path[report.submission]
         report = _with_target_note(report, target)
         outcome = Outcome(target, report)
-        write_reports(out, outcome, options, gradescope=gradescope, junit=junit)
+        write_reports(out, outcome, options, gradescope=gradescope, junit=junit,
+                          rubric=rubric)
         store_cached(out, key, report)
         if on_done is not None:
             on_done(outcome)

@@ -1,5 +1,5 @@
 """Verdicts out: a terminal table (``rich`` when importable, plain text otherwise), JSON, JUnit
-XML for CI, and Gradescope's ``results.json``."""
+XML for CI, and Gradescope's ``results.json`` (rendered by ``moco_ref.report.lms``)."""
 
 from __future__ import annotations
 
@@ -330,54 +330,19 @@ def _first_line(text: str) -> str:
 # --------------------------------------------------------------------------- Gradescope
 
 
-def gradescope_results(report: SubmissionReport, options: GradeOptions | None = None) -> dict:
-    """Gradescope's autograder ``results.json``: top-level ``score``, ``execution_time``
-    (whole seconds), ``output`` and ``tests[]`` (``name``, ``score``, ``max_score``,
-    ``status`` passed/failed, ``output``, ``visibility``). Checks that do not apply are not
-    listed as tests (they would show as passed); the output names them instead."""
-    summary = header_lines(report)
-    not_applicable = [r.check_id for r in report.results if r.status is Status.NOT_APPLICABLE]
-    if not_applicable:
-        summary.append(f"not applicable to style {report.style}: {', '.join(not_applicable)}")
-    tests = []
-    for result in report.results:
-        if result.status is Status.NOT_APPLICABLE:
-            continue
-        output = "" if result.status is Status.PASSED else result.message
-        if result.status in NOT_PASSED:
-            output += f"\n(status: {result.status.value}; rerun: "
-            output += rerun_command(report.submission, result.check_id, options) + ")"
-        tests.append(
-            {
-                "name": f"{result.check_id}: {result.title}",
-                "score": result.points,
-                "max_score": result.max_points,
-                "status": "passed" if result.status is Status.PASSED else "failed",
-                "output": output.strip(),
-                "visibility": "visible",
-            }
-        )
-    if not report.gradable:
-        summary.append("The submission could not be graded:")
-        tests.append(
-            {
-                "name": "submission loads and runs",
-                "score": 0.0,
-                "max_score": 0.0,
-                "status": "failed",
-                "output": report.traceback,
-                "visibility": "visible",
-            }
-        )
-    return {
-        "score": report.score,
-        "execution_time": math.ceil(report.wall_seconds),
-        "output": "\n".join(summary + ([report.traceback] if not report.gradable else [])),
-        "visibility": "visible",
-        "stdout_visibility": "hidden",
-        "tests": tests,
-    }
+def gradescope_results(
+    report: SubmissionReport, options: GradeOptions | None = None, rubric=None
+) -> dict:
+    """Gradescope's autograder ``results.json``, written for students (Markdown, no grader
+    paths or rerun commands, visibilities from ``rubric``): see ``moco_ref.report.lms``."""
+    from moco_ref.report.lms import gradescope_results as render
+
+    return render(report, options, rubric)
 
 
-def write_gradescope(report: SubmissionReport, path, options: GradeOptions | None = None) -> None:
-    Path(path).write_text(dumps_strict(gradescope_results(report, options)), encoding="utf-8")
+def write_gradescope(
+    report: SubmissionReport, path, options: GradeOptions | None = None, rubric=None
+) -> None:
+    from moco_ref.report.lms import write_gradescope as write
+
+    write(report, path, options, rubric)

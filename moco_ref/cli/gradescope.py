@@ -1,0 +1,141 @@
+"""``moco-ref gradescope build|test|run``: a Gradescope autograder made of moco-ref
+(``moco_ref.tools.autograder``).
+
+- ``build [--out autograder.zip] [--rubric FILE] [--style S] [--timeout S] [--wheel FILE]``
+  writes the zip to upload to Gradescope;
+- ``test ZIP SUBMISSION [--keep DIR]`` runs it on one submission as Gradescope would (without
+  ``setup.sh``) and validates its ``results.json``: exit 0 valid, 1 invalid, 2 bad input;
+- ``run [--root DIR]`` is what the zip's ``run_autograder`` calls on Gradescope.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from moco_ref.observe.options import STYLES
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "gradescope", help="build, try and run a Gradescope autograder made of moco-ref")
+    actions = parser.add_subparsers(dest="gradescope_command", required=True)
+
+    build = actions.add_parser("build", help="write the autograder zip to upload to Gradescope")
+    build.add_argument("--out", default="autograder.zip", metavar="ZIP",
+                       help="the zip to write (default %(default)s)")
+    build.add_argument("--rubric", metavar="FILE",
+                       help="the course's rubric (TOML); default: moco-ref's default rubric")
+    build.add_argument("--style", choices=STYLES, help="grade every submission as this style")
+    build.add_argument("--timeout", type=float, metavar="S",
+                       help="wall-clock seconds per submission (default 60)")
+    build.add_argument("--wheel", metavar="FILE",
+                       help="a moco_ref wheel of this version to bundle (default: built from "
+                            "this source checkout)")
+    build.set_defaults(run=run_build)
+
+    test = actions.add_parser(
+        "test", help="run an autograder zip on one submission locally and validate its results")
+    test.add_argument("zip", metavar="ZIP")
+    test.add_argument("submission", metavar="SUBMISSION", help="a file or a folder")
+    test.add_argument("--keep", metavar="DIR",
+                      help="unpack into DIR (new or empty) and keep it, results.json included")
+    test.add_argument("--timeout", type=float, default=900.0, metavar="S",
+                      help="seconds run_autograder may take (default %(default)s)")
+    test.set_defaults(run=run_test)
+
+    run = actions.add_parser("run", help="grade /autograder/submission (what run_autograder "
+                                         "calls on Gradescope)")
+    run.add_argument("--root", metavar="DIR",
+                     help="the autograder's root (default $MOCO_REF_AUTOGRADER_ROOT or "
+                          "/autograder)")
+    run.set_defaults(run=run_run)
+
+
+def _usage_error(message: str) -> int:
+    print(f"moco-ref: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from moco_ref.tools.autograder import AutograderError, build_autograder
+
+    try:
+        built = build_autograder(args.out, rubric_path=args.rubric, style=args.style,
+                                 timeout=args.timeout, wheel=args.wheel)
+    except AutograderError as exc:
+        return _usage_error(str(exc))
+    print(f"wrote {built.path} ({', '.join(built.members)})")
+    print(f"try it: moco-ref gradescope test {built.path} SUBMISSION")
+    return EXIT_OK
+
+
+def run_test(args: argparse.Namespace) -> int:
+    from moco_ref.tools.autograder import AutograderError, try_autograder
+
+    try:
+        import jsonschema  # noqa: F401
+    except ImportError:
+        return _usage_error("validating results.json needs jsonschema: pip install jsonschema")
+    if not args.timeout > 0:
+        return _usage_error("--timeout must be > 0")
+    try:
+        tried = try_autograder(args.zip, args.submission, keep=args.keep, timeout=args.timeout)
+    except AutograderError as exc:
+        return _usage_error(str(exc))
+    data = tried.data or {}
+    tests = data.get("tests") or []
+    failed = sum(1 for test in tests if isinstance(test, dict) and test.get("status") != "passed")
+    hidden = {}
+    for test in tests:
+        if isinstance(test, dict) and test.get("visibility", "visible") != "visible":
+            hidden[test["visibility"]] = hidden.get(test["visibility"], 0) + 1
+    if tried.data is not None:
+        shown = ", ".join(f"{count} {name}" for name, count in sorted(hidden.items()))
+        print(f"score {data.get('score')}, {len(tests)} tests ({failed} failed"
+              + (f"; {shown}" if shown else "") + ")")
+    if tried.returncode != 0:
+        print(f"run_autograder exited with {tried.returncode}")
+        for line in tried.stderr.strip().splitlines()[-5:]:
+            print(f"  | {line}")
+    if tried.valid:
+        print("results.json: valid")
+    else:
+        print("results.json: INVALID")
+        for problem in tried.problems[:20]:
+            print(f"  - {problem}")
+        if len(tried.problems) > 20:
+            print(f"  … and {len(tried.problems) - 20} more")
+    if args.keep:
+        print(f"kept: {tried.root}")
+    return EXIT_OK if tried.valid else EXIT_INVALID
+
+
+def run_run(args: argparse.Namespace) -> int:
+    import time
+    import traceback
+
+    from moco_ref.judge.rubric import RubricError
+    from moco_ref.tools.autograder import grade_in_autograder, write_failure_results
+
+    started = time.monotonic()
+    try:
+        ran = grade_in_autograder(args.root)
+    except RubricError as exc:
+        write_failure_results(args.root, time.monotonic() - started)
+        return _usage_error(f"the autograder's rubric: {exc}")
+    except Exception:  # noqa: BLE001 - Gradescope still gets results; the staff the traceback
+        traceback.print_exc()
+        write_failure_results(args.root, time.monotonic() - started)
+        return EXIT_INVALID
+    report = ran.report
+    if ran.problem:
+        print(f"moco-ref: error: {ran.problem}", file=sys.stderr)
+    tests = ran.data["tests"]
+    failed = sum(1 for test in tests if test["status"] != "passed")
+    verdict = (f"score {ran.data['score']:g}/{report.max_score:g}" if report.gradable
+               else "not gradable")
+    print(f"moco-ref: {verdict}, {len(tests)} tests ({failed} failed)")
+    return EXIT_INVALID if ran.problem else EXIT_OK

@@ -1,0 +1,368 @@
+"""Verdicts for students, through a course's platform: Gradescope's autograder
+``results.json`` and PrairieLearn's external-grader results.
+
+Both are written for the student who handed the submission in, not for the grader:
+
+- no path of the grading machine (``/work/…``, ``/tmp/…``, a venv's ``site-packages``) and no
+  absolute path of the submission: its files are named relative to the submission's folder;
+- no rerun command and no other local command (``moco-ref grade …``);
+- the submission's own output only when the rubric says so (``[output]
+  show_submission_output``);
+- each check shown as the rubric's ``[visibility]`` says (``visible``, ``after_due_date``,
+  ``after_published``, ``hidden``).
+
+Gradescope's text is Markdown (``output_format: "md"``); what the submission or a check wrote
+goes into fenced code blocks, so it is shown as written and never read as Markdown or HTML.
+``gradescope_problems`` checks a results dict against the JSON schema of Gradescope's format
+(``schemas/gradescope_results.schema.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+from moco_ref import __version__
+from moco_ref.judge.results import CheckResult, Status, SubmissionReport
+from moco_ref.judge.rubric import DEFAULT_RUBRIC, Rubric
+from moco_ref.observe.options import GradeOptions
+from moco_ref.report.formats import dumps_strict, inferred_text
+from moco_ref.report.scoring import points_str
+
+GRADESCOPE_SCHEMA_PATH = Path(__file__).with_name("schemas") / "gradescope_results.schema.json"
+NOT_GRADABLE_TEST = "submission loads and runs"
+_SUBMISSION_SUFFIXES = (".py", ".ipynb")
+_STATUS_LEAD = {
+    Status.FAILED: "**Failed.**",
+    Status.ERROR: "**Error:** the check could not run.",
+    Status.TIMEOUT: "**Timed out:** this part of the submission ran out of time.",
+}
+
+# --------------------------------------------------------------------------- student-safe text
+
+# An absolute POSIX path of at least two components, not glued to a word (so ``1/2``,
+# ``query/key`` and ``a / b`` stay as they are).
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~/\\-])(?:/[\w.+@%~=-]+){2,}/?")
+# A sentence that tells the reader to run a moco-ref command: meant for staff, not students.
+_LOCAL_COMMAND = re.compile(r"[^.\n]*`moco-ref [^`\n]*`[^.\n]*\.?")
+_RERUN_LINE = re.compile(r"^\s*\(?rerun:.*$\n?", re.MULTILINE | re.IGNORECASE)
+
+
+def submission_folder(report: SubmissionReport) -> Path | None:
+    """The folder the submission's file is in (its files are named relative to it)."""
+    if not report.submission.endswith(_SUBMISSION_SUFFIXES):
+        return None
+    return Path(report.submission).absolute().parent
+
+
+def submission_name(report: SubmissionReport, root: Path | None = None) -> str:
+    """The submission's file name (relative to ``root`` when it is inside it)."""
+    path = Path(report.submission)
+    if root is not None:
+        try:
+            return Path(path.absolute()).relative_to(root).as_posix()
+        except ValueError:
+            pass
+    return path.name
+
+
+def student_text(text: str, submission_root: Path | str | None = None) -> str:
+    """``text`` with no path of the grading machine and no local command: a path inside
+    ``submission_root`` becomes relative to it, any other absolute path its last component;
+    rerun lines and sentences that show a ``moco-ref`` command are left out."""
+    text = str(text)
+    if submission_root is not None:
+        root = Path(submission_root)
+        for form in {str(root), str(root.absolute()), str(_resolved(root))}:
+            if form not in ("", "/", "."):
+                text = text.replace(form.rstrip("/") + "/", "")
+    text = _RERUN_LINE.sub("", text)
+    text = _LOCAL_COMMAND.sub("", text)
+    return _ABSOLUTE_PATH.sub(_last_component, text)
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path
+
+
+def _last_component(match: re.Match) -> str:
+    name = match.group(0).rstrip("/").rsplit("/", 1)[-1]
+    return name or "…"
+
+
+def _fence(text: str, info: str = "text") -> str:
+    """``text`` in a fenced code block longer than any run of backticks inside it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text.rstrip()}\n{fence}"
+
+
+def _code(text: str) -> str:
+    """``text`` as an inline code span (one line)."""
+    text = " ".join(str(text).split())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~&!])")
+
+
+def _md_escape(text: str) -> str:
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def one_line_reason(text: str) -> str:
+    """A traceback's last line (the exception), otherwise the text's first line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
+def _not_applicable(report: SubmissionReport) -> list[str]:
+    return [r.check_id for r in report.results if r.status is Status.NOT_APPLICABLE]
+
+
+def _listed(report: SubmissionReport) -> list[CheckResult]:
+    """The checks that are tests: those that apply to the submission's style."""
+    return [r for r in report.results if r.status is not Status.NOT_APPLICABLE]
+
+
+def _numbers(results: list[CheckResult]) -> list[str]:
+    """``I4.1``, ``I4.2``, ``contract.1``: the family and the check's place in it."""
+    seen: dict[str, int] = {}
+    numbers = []
+    for result in results:
+        seen[result.family] = seen.get(result.family, 0) + 1
+        numbers.append(f"{result.family}.{seen[result.family]}")
+    return numbers
+
+
+def _points(value: float) -> float:
+    value = round(float(value), 4) + 0.0
+    return value if math.isfinite(value) else 0.0
+
+
+# --------------------------------------------------------------------------- Gradescope
+
+
+def _gradescope_test_output(result: CheckResult, root: Path | None) -> str:
+    message = student_text(result.message, root).strip()
+    if result.status is Status.PASSED:
+        return _fence(message) if message else ""
+    if result.status is Status.NOT_JUDGED:
+        reason = one_line_reason(message) or "not judged"
+        return f"**Not judged:** {_md_escape(reason)}"
+    lead = _STATUS_LEAD.get(result.status, f"**{result.status.value}.**")
+    return f"{lead}\n\n{_fence(message)}" if message else lead
+
+
+def _summary_markdown(report: SubmissionReport, rubric: Rubric, root: Path | None) -> str:
+    name = _code(submission_name(report, root))
+    lines = []
+    if report.gradable:
+        lines.append(f"moco-ref {__version__} graded {name} (style {_md_escape(report.style)}): "
+                     f"**{points_str(report.score)} / {points_str(report.max_score)}** points.")
+    else:
+        lines.append(f"moco-ref {__version__} could not grade {name}: "
+                     f"{_md_escape(one_line_reason(student_text(report.traceback, root)))}")
+    if report.inferred:
+        inferred = _md_escape(inferred_text(report.inferred))
+        lines += ["", f"Inferred from the submission: {inferred}."]
+    if report.notes:
+        lines += ["", "Notes:"]
+        lines += [f"- {_md_escape(' '.join(student_text(note, root).split()))}"
+                  for note in report.notes]
+    not_applicable = _not_applicable(report)
+    if not_applicable:
+        lines += ["", f"Not applicable to style {_md_escape(report.style)} (not counted): "
+                  + ", ".join(_code(check) for check in not_applicable) + "."]
+    if rubric.show_submission_output:
+        for title, text in (("Your submission's output", report.stdout),
+                            ("Your submission's error output", report.stderr)):
+            text = student_text(text, root)
+            if text.strip():
+                lines += ["", f"**{title}:**", "", _fence(text)]
+    return "\n".join(lines)
+
+
+def gradescope_results(
+    report: SubmissionReport,
+    options: GradeOptions | None = None,
+    rubric: Rubric | None = None,
+    *,
+    submission_root: Path | str | None = None,
+) -> dict:
+    """Gradescope's autograder ``results.json`` for ``report`` (Markdown, student-safe).
+
+    One test per check that applies to the style (``number`` family.index, ``tags`` [family,
+    status], ``visibility`` from the rubric); a check not judged fails with its one-line
+    reason. A submission that is not gradable gets a single failed test with the reason and
+    score 0. ``options`` is accepted for compatibility (the results name no command)."""
+    del options  # nothing of the options is shown to students
+    rubric = rubric or DEFAULT_RUBRIC
+    root = Path(submission_root) if submission_root is not None else submission_folder(report)
+    results = _listed(report)
+    tests = []
+    for result, number in zip(results, _numbers(results), strict=True):
+        tests.append({
+            "name": f"{result.check_id}: {result.title}",
+            "number": number,
+            "score": _points(result.points),
+            "max_score": _points(result.max_points),
+            "status": "passed" if result.status is Status.PASSED else "failed",
+            "output": _gradescope_test_output(result, root),
+            "output_format": "md",
+            "visibility": rubric.visibility_of(result.check_id),
+            "tags": [result.family, result.status.value],
+        })
+    if not report.gradable:
+        trace = student_text(report.traceback, root).strip() or "the submission could not run"
+        reason = one_line_reason(trace)
+        output = f"**Not gradable:** {_md_escape(reason)}"
+        if trace != reason:
+            output += "\n\n" + _fence(trace)
+        tests.append({
+            "name": NOT_GRADABLE_TEST,
+            "number": "load.1",
+            "score": 0.0,
+            "max_score": _points(max(report.max_score, rubric.total)),
+            "status": "failed",
+            "output": output,
+            "output_format": "md",
+            "visibility": "visible",
+            "tags": ["load", "not gradable"],
+        })
+    return {
+        "score": _points(report.score) if report.gradable else 0.0,
+        "execution_time": max(0, math.ceil(report.wall_seconds)),
+        "output": _summary_markdown(report, rubric, root),
+        "output_format": "md",
+        "test_output_format": "md",
+        "visibility": "visible",
+        "stdout_visibility": "visible" if rubric.show_submission_output else "hidden",
+        "extra_data": {
+            "moco_ref_version": __version__,
+            "style": report.style,
+            "gradable": report.gradable,
+            "inferred": report.inferred,
+        },
+        "tests": tests,
+    }
+
+
+def write_gradescope(
+    report: SubmissionReport,
+    path,
+    options: GradeOptions | None = None,
+    rubric: Rubric | None = None,
+    *,
+    submission_root: Path | str | None = None,
+) -> None:
+    data = gradescope_results(report, options, rubric, submission_root=submission_root)
+    Path(path).write_text(dumps_strict(data), encoding="utf-8")
+
+
+def gradescope_schema() -> dict:
+    return json.loads(GRADESCOPE_SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def gradescope_problems(data) -> list[str]:
+    """What makes ``data`` no valid Gradescope results (one line each; [] when valid).
+    Needs ``jsonschema`` (installed with nbformat)."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(gradescope_schema())
+    problems = []
+    for error in sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path)):
+        where = "/".join(str(part) for part in error.absolute_path) or "(top level)"
+        problems.append(f"{where}: {error.message}")
+    return problems
+
+
+# --------------------------------------------------------------------------- PrairieLearn
+
+HIDDEN_DETAILS = "The course shows the details of this check later."
+
+
+def prairielearn_results(
+    report: SubmissionReport,
+    rubric: Rubric | None = None,
+    *,
+    submission_root: Path | str | None = None,
+) -> dict:
+    """PrairieLearn's external-grader results: ``gradable``, ``score`` (a fraction in [0,
+    1]), ``message``, ``output`` and ``tests[]`` (``name``, ``description``, ``points``,
+    ``max_points``, ``message``, ``output``), student-safe like Gradescope's.
+
+    PrairieLearn shows every test: a check the rubric does not make ``visible`` keeps its
+    name and points, its evidence is left out. A submission that is not gradable is
+    ``gradable: false`` (PrairieLearn then awards nothing) with the reason as the message."""
+    rubric = rubric or DEFAULT_RUBRIC
+    root = Path(submission_root) if submission_root is not None else submission_folder(report)
+    name = submission_name(report, root)
+    output = ""
+    if rubric.show_submission_output:
+        output = "\n".join(part for part in (student_text(report.stdout, root),
+                                              student_text(report.stderr, root)) if part)
+    if not report.gradable:
+        trace = student_text(report.traceback, root).strip()
+        reason = one_line_reason(trace) or "the submission could not run"
+        return {
+            "gradable": False,
+            "score": 0.0,
+            "message": f"{name} could not be graded: {reason}",
+            "output": "\n\n".join(part for part in (trace, output) if part),
+            "tests": [],
+        }
+    tests = []
+    for result in _listed(report):
+        shown = rubric.visibility_of(result.check_id) == "visible"
+        message = student_text(result.message, root).strip()
+        if not shown:
+            text, details = HIDDEN_DETAILS, ""
+        elif result.status is Status.PASSED:
+            text, details = "passed", message
+        else:
+            text = f"{result.status.value}: {one_line_reason(message) or result.status.value}"
+            details = "" if result.status is Status.NOT_JUDGED else message
+        tests.append({
+            "name": f"{result.check_id}: {result.title}",
+            "description": f"family {result.family}",
+            "points": _points(result.points),
+            "max_points": _points(result.max_points),
+            "message": text,
+            "output": details,
+        })
+    fraction = report.score / report.max_score if report.max_score > 0 else 0.0
+    fraction = min(1.0, max(0.0, fraction)) if math.isfinite(fraction) else 0.0
+    summary = (f"moco-ref {__version__} graded {name} (style {report.style}): "
+               f"{points_str(report.score)}/{points_str(report.max_score)} points")
+    if report.notes:
+        summary += "\n" + "\n".join(f"note: {' '.join(student_text(n, root).split())}"
+                                    for n in report.notes)
+    return {
+        "gradable": True,
+        "score": round(fraction, 6),
+        "message": summary,
+        "output": output,
+        "tests": tests,
+    }
+
+
+def write_prairielearn(
+    report: SubmissionReport,
+    path,
+    rubric: Rubric | None = None,
+    *,
+    submission_root: Path | str | None = None,
+) -> None:
+    data = prairielearn_results(report, rubric, submission_root=submission_root)
+    Path(path).write_text(dumps_strict(data), encoding="utf-8")

@@ -1,0 +1,464 @@
+"""A Gradescope autograder made of moco-ref: build its zip, run it for one submission the way
+Gradescope does, and try a zip locally.
+
+The zip holds ``setup.sh`` (run once by Gradescope when it builds the image: a Python ≥ 3.11
+virtual environment with CPU torch and the moco-ref wheel inside the zip), ``run_autograder``
+(run for every submission: it calls ``moco-ref gradescope run``), the course's
+``rubric.toml``, ``moco-ref-autograder.json`` (style and timeout) and ``wheels/`` (this
+version of moco-ref). Everything lives under ``/autograder`` — or under
+``$MOCO_REF_AUTOGRADER_ROOT``, which is how ``try_autograder`` runs it in a temporary tree.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moco_ref import __version__
+from moco_ref.judge.registry import FAMILIES
+from moco_ref.judge.results import SubmissionReport
+from moco_ref.judge.rubric import DEFAULT_FAMILY_WEIGHTS, DEFAULT_RUBRIC, Rubric, load_rubric
+from moco_ref.observe.options import STYLES, GradeOptions
+
+ROOT_VARIABLE = "MOCO_REF_AUTOGRADER_ROOT"
+PYTHON_VARIABLE = "MOCO_REF_PYTHON"  # the interpreter run_autograder uses (default: the venv's)
+DEFAULT_ROOT = "/autograder"
+CONFIG_NAME = "moco-ref-autograder.json"
+RUBRIC_NAME = "rubric.toml"
+WHEELS = "wheels"
+REQUIRED_MEMBERS = ("setup.sh", "run_autograder")
+_EXECUTABLE = 0o755
+_SKIPPED_DIRS = {"__pycache__", "__MACOSX", ".git", ".ipynb_checkpoints", "node_modules"}
+_SKIPPED_FILES = {"setup.py", "conftest.py"}
+
+
+class AutograderError(ValueError):
+    """Input the autograder commands cannot use, said in one line (exit 2)."""
+
+
+# --------------------------------------------------------------------------- the scripts
+
+SETUP_SH = r"""#!/usr/bin/env bash
+# Gradescope runs this once, as root, when it builds the autograder's image: a Python >= 3.11
+# virtual environment with CPU torch and moco-ref {version} (the wheel in this zip).
+set -euo pipefail
+ROOT="${{MOCO_REF_AUTOGRADER_ROOT:-/autograder}}"
+SOURCE="$ROOT/source"
+VENV="$ROOT/moco-ref-venv"
+
+pick_python() {{
+  for candidate in python3.13 python3.12 python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}}
+
+PYTHON="$(pick_python || true)"
+if [ -z "$PYTHON" ]; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y python3.11 python3.11-venv
+  PYTHON=python3.11
+fi
+if ! "$PYTHON" -m venv "$VENV"; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y "$(basename "$PYTHON")-venv"
+  rm -rf "$VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --upgrade pip
+"$VENV/bin/python" -m pip install {torch} --index-url https://download.pytorch.org/whl/cpu
+"$VENV/bin/python" -m pip install "$SOURCE/{wheel}"
+"$VENV/bin/python" -m moco_ref.cli --version
+# What a submission's sandbox sees in this image (informational; grading refuses to run
+# untrusted code if the sandbox cannot start).
+"$VENV/bin/python" -m moco_ref.cli doctor || echo "moco-ref doctor failed: see above"
+"""
+
+RUN_AUTOGRADER = r"""#!/usr/bin/env bash
+# Gradescope runs this for every submission: moco-ref grades /autograder/submission with the
+# rubric in /autograder/source and writes /autograder/results/results.json.
+set -uo pipefail
+ROOT="${MOCO_REF_AUTOGRADER_ROOT:-/autograder}"
+PYTHON="${MOCO_REF_PYTHON:-$ROOT/moco-ref-venv/bin/python}"
+cd "$ROOT"
+exec "$PYTHON" -m moco_ref.cli gradescope run --root "$ROOT"
+"""
+
+
+# --------------------------------------------------------------------------- build
+
+
+def rubric_toml(rubric: Rubric = DEFAULT_RUBRIC) -> str:
+    """``rubric`` as a TOML file ``load_rubric`` reads back (every family weight written)."""
+
+    def number(value: float) -> str:
+        return f"{value:g}" if float(value).is_integer() else repr(float(value))
+
+    lines = [
+        f"# The rubric of this autograder (moco-ref {__version__}); `moco-ref rubric show "
+        "rubric.toml` prints the points of every check.",
+        f"total = {number(rubric.total)}",
+        "",
+        "[families]",
+    ]
+    lines += [f'"{family}" = {number(rubric.families.get(family, DEFAULT_FAMILY_WEIGHTS[family]))}'
+              for family in FAMILIES]
+    lines += ["", "[checks]"]
+    lines += [f'"{check}" = {number(weight)}' for check, weight in sorted(rubric.checks.items())]
+    lines += ["", "[visibility]  # visible, after_due_date, after_published or hidden"]
+    lines += [f'"{key}" = "{value}"' for key, value in sorted(rubric.visibility.items())]
+    lines += ["", "[output]",
+              f"show_submission_output = {str(rubric.show_submission_output).lower()}", ""]
+    return "\n".join(lines)
+
+
+def project_root() -> Path | None:
+    """The source checkout moco-ref runs from, if it runs from one."""
+    import moco_ref
+
+    root = Path(moco_ref.__file__).resolve().parents[1]
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file() and re.search(r'(?m)^name\s*=\s*"moco-ref"', pyproject.read_text()):
+        return root
+    return None
+
+
+def build_wheel(dest: Path) -> Path:
+    """This version of moco-ref as a wheel in ``dest``, built from its source checkout with
+    ``pip wheel`` (offline: no build isolation when setuptools is installed)."""
+    root = project_root()
+    if root is None:
+        raise AutograderError("moco-ref is not running from its source checkout, so its wheel "
+                              "cannot be built here: give --wheel FILE (a moco_ref wheel)")
+    command = [sys.executable, "-m", "pip", "wheel", str(root), "--no-deps", "-q", "-w", str(dest)]
+    if importlib.util.find_spec("setuptools") is not None:
+        command.insert(5, "--no-build-isolation")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    wheels = sorted(dest.glob("moco_ref-*.whl"))
+    if done.returncode != 0 or not wheels:
+        last = (done.stderr.strip().splitlines() or ["no wheel was written"])[-1]
+        raise AutograderError(f"building the moco-ref wheel failed: {last}")
+    return wheels[-1]
+
+
+def _checked_wheel(path: Path) -> Path:
+    if not path.is_file() or not path.name.startswith("moco_ref-") or path.suffix != ".whl":
+        raise AutograderError(f"--wheel {path}: not a moco_ref wheel file")
+    version = path.name.split("-")[1]
+    if version != __version__:
+        raise AutograderError(f"--wheel {path}: moco-ref {version}, but this is moco-ref "
+                              f"{__version__} (the autograder pins the version that builds it)")
+    return path
+
+
+def _torch_requirement() -> str:
+    pins = []
+    for name in ("torch", "torchvision"):
+        try:
+            version = importlib.metadata.version(name).split("+")[0]
+        except importlib.metadata.PackageNotFoundError:
+            pins.append(name)
+            continue
+        pins.append(f"{name}=={version}")
+    return " ".join(pins)
+
+
+@dataclass
+class BuildResult:
+    path: Path
+    members: list[str]
+    rubric: Rubric
+    config: dict
+
+
+def build_autograder(out, *, rubric_path=None, style: str | None = None,
+                     timeout: float | None = None, wheel=None) -> BuildResult:
+    """Write the autograder zip to ``out``; ``AutograderError`` for unusable input."""
+    from moco_ref.judge.rubric import RubricError
+
+    if style is not None and style not in STYLES:
+        raise AutograderError(f"--style must be one of {', '.join(STYLES)}, not {style!r}")
+    if timeout is not None and not timeout > 0:
+        raise AutograderError(f"--timeout must be > 0, not {timeout:g}")
+    if rubric_path is not None:
+        try:
+            rubric = load_rubric(rubric_path)
+        except RubricError as exc:
+            raise AutograderError(f"--rubric: {exc}") from None
+        rubric_text = Path(rubric_path).read_text(encoding="utf-8")
+    else:
+        rubric, rubric_text = DEFAULT_RUBRIC, rubric_toml(DEFAULT_RUBRIC)
+    out = Path(out)
+    if out.is_dir():
+        raise AutograderError(f"--out {out} is a folder: give the zip file to write")
+    config = {"moco_ref_version": __version__, "style": style,
+              "timeout": timeout if timeout is not None else GradeOptions.timeout,
+              "rubric": RUBRIC_NAME}
+    with tempfile.TemporaryDirectory(prefix="moco-ref-wheel-") as scratch:
+        wheel_path = _checked_wheel(Path(wheel)) if wheel else build_wheel(Path(scratch))
+        wheel_member = f"{WHEELS}/{wheel_path.name}"
+        config["wheel"] = wheel_member
+        scripts = {
+            "setup.sh": SETUP_SH.format(version=__version__, torch=_torch_requirement(),
+                                        wheel=wheel_member),
+            "run_autograder": RUN_AUTOGRADER,
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
+        with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for name, text in scripts.items():
+                info = zipfile.ZipInfo(name, date_time=time.localtime()[:6])
+                info.external_attr = (stat.S_IFREG | _EXECUTABLE) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                archive.writestr(info, text)
+            archive.writestr(RUBRIC_NAME, rubric_text)
+            archive.writestr(CONFIG_NAME, json.dumps(config, indent=2) + "\n")
+            archive.write(wheel_path, wheel_member)
+            members = archive.namelist()
+        os.replace(partial, out)
+    return BuildResult(out, members, rubric, config)
+
+
+# --------------------------------------------------------------------------- run
+
+
+class NoSubmission(Exception):
+    """The submission folder holds nothing to grade (the message is for the student)."""
+
+
+def _candidates(folder: Path) -> list[Path]:
+    found = []
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if any(part in _SKIPPED_DIRS or part.startswith(".") for part in relative.parts[:-1]):
+            continue
+        if (path.is_file() and path.suffix in (".py", ".ipynb")
+                and not path.name.startswith((".", "_")) and path.name not in _SKIPPED_FILES
+                and not path.name.startswith("test_")):
+            found.append(path)
+    return found
+
+
+def find_submission(folder: Path) -> Path:
+    """The submission's main file in ``folder``: the only ``.py``/``.ipynb`` file, or the one
+    that defines the most MoCo entry points (``train_moco``, ``moco_warmup``, ``class MoCo``,
+    …), chosen as batch grading chooses it (``moco_ref.report.intake.main_file``).
+    ``NoSubmission`` (a sentence for the student) otherwise."""
+    from moco_ref.report.intake import ENTRY_POINTS, defined_entry_points, main_file
+
+    candidates = _candidates(folder)
+    if not candidates:
+        raise NoSubmission("the submission holds no .py file and no .ipynb notebook")
+    if len(candidates) == 1:
+        return candidates[0]
+    if not any(defined_entry_points(path) for path in candidates):
+        listed = ", ".join(p.relative_to(folder).as_posix() for p in candidates[:8])
+        raise NoSubmission(f"none of the submission's files ({listed}) defines "
+                           f"{', '.join(ENTRY_POINTS[:3])} or another MoCo entry point")
+    return main_file(candidates)
+
+
+def autograder_root(root=None) -> Path:
+    return Path(root or os.environ.get(ROOT_VARIABLE) or DEFAULT_ROOT).absolute()
+
+
+def read_config(root: Path) -> tuple[dict, Rubric]:
+    source = root / "source"
+    config: dict = {}
+    if (source / CONFIG_NAME).is_file():
+        config = json.loads((source / CONFIG_NAME).read_text(encoding="utf-8"))
+    rubric_file = source / config.get("rubric", RUBRIC_NAME)
+    rubric = load_rubric(rubric_file) if rubric_file.is_file() else DEFAULT_RUBRIC
+    return config, rubric
+
+
+@dataclass
+class RunResult:
+    report: SubmissionReport
+    results_path: Path
+    data: dict
+    problem: str = ""  # for the staff: why nothing was graded (not shown to students)
+
+
+def sandbox_refusal() -> str:
+    """"" when the sandbox in force can start here, else why not (one line)."""
+    from moco_ref.sandbox.client import IsolationUnavailable, current_zygote
+
+    try:
+        current_zygote()
+    except IsolationUnavailable as exc:
+        return f"the sandbox cannot run here: {exc}"
+    except ValueError as exc:  # a bad MOCO_REF_ISOLATION
+        return str(exc)
+    return ""
+
+
+def grade_in_autograder(root=None) -> RunResult:
+    """What ``run_autograder`` does: grade the submission under ``root``/submission with the
+    bundled rubric and write ``root``/results/results.json (always, even when nothing could
+    be graded)."""
+    from moco_ref.grade import grade_submission
+    from moco_ref.report.formats import dumps_strict
+    from moco_ref.report.lms import gradescope_results
+
+    root = autograder_root(root)
+    results = root / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    folder = root / "submission"
+    config, rubric = read_config(root)
+    style = config.get("style")
+    problem = ""
+    started = time.monotonic()
+    try:
+        target = find_submission(folder) if folder.is_dir() else None
+        if target is None:
+            raise NoSubmission("no submission was handed in")
+    except NoSubmission as exc:
+        report = SubmissionReport(str(folder / "submission"), style or "unknown",
+                                  gradable=False, traceback=f"{exc}.")
+    else:
+        problem = sandbox_refusal()
+        if problem:
+            report = SubmissionReport(
+                str(target), style or "unknown", gradable=False,
+                traceback="The autograder could not start its sandbox, so nothing was graded; "
+                          "please tell the course staff.")
+        else:
+            options = GradeOptions(style=style, timeout=float(config.get("timeout")
+                                                              or GradeOptions.timeout),
+                                   rubric=rubric.to_pairs())
+            report = grade_submission(str(target.absolute()), options)
+    if not report.wall_seconds:
+        report.wall_seconds = time.monotonic() - started
+    data = gradescope_results(report, rubric=rubric, submission_root=folder.absolute())
+    path = results / "results.json"
+    path.write_text(dumps_strict(data), encoding="utf-8")
+    return RunResult(report, path, data, problem)
+
+
+def write_failure_results(root=None, seconds: float = 0.0) -> Path:
+    """A valid results.json saying that the autograder itself failed (its traceback goes to
+    the staff's log, not to the student)."""
+    from moco_ref.report.formats import dumps_strict
+    from moco_ref.report.lms import gradescope_results
+
+    root = autograder_root(root)
+    report = SubmissionReport("submission", "unknown", gradable=False, wall_seconds=seconds,
+                              traceback="The autograder failed while grading this submission; "
+                                        "please tell the course staff.")
+    path = root / "results" / "results.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps_strict(gradescope_results(report)), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- try a zip locally
+
+
+@dataclass
+class TryResult:
+    root: Path
+    returncode: int
+    data: dict | None
+    problems: list[str] = field(default_factory=list)
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return self.data is not None and not self.problems
+
+
+def _unpack(zip_path: Path, source: Path) -> None:
+    if not zip_path.is_file():
+        raise AutograderError(f"no such file: {zip_path}")
+    if not zipfile.is_zipfile(zip_path):
+        raise AutograderError(f"{zip_path} is not a zip file")
+    with zipfile.ZipFile(zip_path) as archive:
+        names = archive.namelist()
+        missing = [name for name in REQUIRED_MEMBERS if name not in names]
+        if missing:
+            raise AutograderError(f"{zip_path} has no {missing[0]} at its root (Gradescope "
+                                  "needs setup.sh and run_autograder there)")
+        for name in names:
+            target = (source / name).resolve()
+            if not target.is_relative_to(source.resolve()):
+                raise AutograderError(f"{zip_path}: member {name!r} would land outside the "
+                                      "autograder's source folder")
+        archive.extractall(source)
+
+
+def try_autograder(zip_path, submission, *, keep=None, timeout: float = 900.0) -> TryResult:
+    """Unpack ``zip_path`` into an ``/autograder``-shaped tree (``keep``, or a temporary
+    folder), put ``submission`` (a file or a folder) into ``submission/``, run
+    ``run_autograder`` as Gradescope does — without ``setup.sh``: this environment already
+    has moco-ref — and validate ``results/results.json`` against Gradescope's format."""
+    from moco_ref.report.lms import gradescope_problems
+
+    zip_path, submission = Path(zip_path), Path(submission)
+    if not submission.exists():
+        raise AutograderError(f"no such file or folder: {submission}")
+    if keep is not None:
+        root = Path(keep).absolute()
+        if root.exists() and any(root.iterdir()):
+            raise AutograderError(f"--keep {root} is not empty")
+        root.mkdir(parents=True, exist_ok=True)
+        return _try_in(root, zip_path, submission, timeout, gradescope_problems)
+    with tempfile.TemporaryDirectory(prefix="moco-ref-autograder-") as scratch:
+        return _try_in(Path(scratch), zip_path, submission, timeout, gradescope_problems)
+
+
+def _try_in(root: Path, zip_path: Path, submission: Path, timeout: float, problems_of):
+    root = root.absolute()
+    source, handed_in, results = root / "source", root / "submission", root / "results"
+    for folder in (source, handed_in, results):
+        folder.mkdir(parents=True, exist_ok=True)
+    _unpack(zip_path, source)
+    if submission.is_dir():
+        shutil.copytree(submission, handed_in, dirs_exist_ok=True)
+    else:
+        shutil.copy2(submission, handed_in / submission.name)
+    script = root / "run_autograder"
+    shutil.copy2(source / "run_autograder", script)
+    script.chmod(_EXECUTABLE)
+    env = dict(os.environ, **{ROOT_VARIABLE: str(root), PYTHON_VARIABLE: sys.executable})
+    try:
+        done = subprocess.run([str(script)], cwd=root, env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as exc:
+        returncode, stdout = -1, _text(exc.stdout)
+        stderr = _text(exc.stderr) + f"\nrun_autograder ran out of {timeout:g} s"
+    (results / "stdout").write_text(stdout + stderr, encoding="utf-8")
+    path = results / "results.json"
+    if not path.is_file():
+        return TryResult(root, returncode, None, ["run_autograder wrote no results.json"],
+                         stdout, stderr)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        return TryResult(root, returncode, None, [f"results.json is not JSON: {exc}"],
+                         stdout, stderr)
+    return TryResult(root, returncode, data, problems_of(data), stdout, stderr)
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
