@@ -109,8 +109,14 @@ def grade_tasks(
 
     if jobs <= 1 or len(tasks) <= 1:
         return [grade(task) for task in tasks]
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="moco-ref-grade") as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="moco-ref-grade")
+    try:
         return list(pool.map(grade, tasks))
+    except KeyboardInterrupt:  # Ctrl-C: nothing new starts; the jobs running finish
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def _report(target: str, options: GradeOptions, run: SandboxRun) -> SubmissionReport:

@@ -188,3 +188,30 @@ def test_reports_are_deterministic_with_the_real_harness():
         first = grade_submission(str(EXAMPLES / name))
         second = grade_submission(str(EXAMPLES / name))
         assert first.gradable and comparable(first) == comparable(second), name
+
+
+def test_ctrl_c_stops_cleanly_and_writes_the_partial_summary(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during a batch: one line, exit 130, and the summary of what was graded."""
+    import moco_ref.grade as grading
+    from moco_ref.cli import main
+    from moco_ref.judge.results import SubmissionReport
+
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for name in ("a.py", "b.py", "c.py"):
+        (folder / name).write_text("def train_moco():\n    pass\n")
+    seen = []
+
+    def fake(target, options=None):
+        if len(seen) == 1:
+            raise KeyboardInterrupt
+        seen.append(target)
+        return SubmissionReport(target, "lab", gradable=True)
+
+    monkeypatch.setattr(grading, "grade_submission", fake)
+    out = tmp_path / "out"
+    assert main(["grade", str(folder), "--out", str(out), "-j", "1"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("moco-ref: interrupted") and not any("Traceback" in e for e in err)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True and len(summary["submissions"]) == 1

@@ -88,6 +88,34 @@ def test_usage_errors_exit_2(files, arguments, capsys):
     assert "moco-ref: error:" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("fake_grading", "stubbed")
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (["--min-score", "nan"], "--min-score"),
+        (["--min-score", "inf"], "--min-score"),
+        (["--min-score", ""], "--min-score"),
+        (["-j", "0"], "--jobs"),
+        (["--timeout", "0"], "--timeout"),
+        (["--timeout", "nan"], "--timeout"),
+        (["--check-timeout", "-1"], "--check-timeout"),
+        (["--out", "{afile}"], "--out"),
+    ],
+)
+def test_each_bad_option_is_named_in_one_line(files, tmp_path, arguments, named, capsys):
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    code = main(["grade", files["full"],
+                 *(a.format(afile=afile) for a in arguments)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and named in err[0] and "Traceback" not in err[0]
+
+
+def test_record_of_a_missing_path_exits_2_like_grade(tmp_path, capsys):
+    assert main(["record", str(tmp_path / "nowhere.py"), "--out", str(tmp_path / "r.json")]) == 2
+    assert capsys.readouterr().err.startswith("moco-ref: error:")
+
+
 def test_argparse_errors_exit_2(files):
     with pytest.raises(SystemExit) as caught:
         main(["grade", files["full"], "--style", "nonsense"])

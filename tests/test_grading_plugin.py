@@ -41,8 +41,8 @@ def test_one_test_per_check_selected_with_k(pytester, run_pytest):
     result.assert_outcomes(failed=1, skipped=1, deselected=1)
     result.stdout.fnmatch_lines([
         "*collected 3 items / 1 deselected / 2 selected*",
-        "moco-ref::W1-warmup-fifo FAILED*",
-        "moco-ref::B1-builder-only SKIPPED (B1-builder-only: does not apply*",
+        "moco-ref?student_moco.py?::W1-warmup-fifo FAILED*",
+        "moco-ref?student_moco.py?::B1-builder-only SKIPPED*",
         "*queue kept the oldest*",
         "rerun: moco-ref grade */student_moco.py --check W1-warmup-fifo",
         "*student_moco.py — style lab — score 2/3*",
@@ -56,3 +56,33 @@ def test_without_moco_impl_the_plugin_does_nothing(pytester, run_pytest):
     result = run_pytest("-q")
     result.assert_outcomes(passed=1)
     assert "moco-ref" not in result.stdout.str()
+
+
+@pytest.mark.usefixtures("stubbed")
+def test_a_bad_moco_impl_is_a_usage_error(pytester, run_pytest):
+    result = run_pytest("--moco-impl=no_such_file.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--moco-impl: no such file*"])
+
+
+@pytest.mark.usefixtures("stubbed")
+def test_collect_only_lists_the_checks_without_grading(pytester, run_pytest, monkeypatch):
+    import moco_ref.grade
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("--collect-only graded the implementation")
+
+    monkeypatch.setattr(moco_ref.grade, "grade_submission", refuse)
+    write(pytester.path, "student_moco.py", BAD_FIFO_WARMUP)
+    result = run_pytest("--moco-impl=student_moco.py", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*W1-warmup-fifo*", "*3 tests collected*"])
+
+
+@pytest.mark.usefixtures("stubbed")
+def test_families_are_markers_and_junit_has_points(pytester, run_pytest):
+    write(pytester.path, "student_moco.py", BAD_FIFO_WARMUP)
+    junit = pytester.path / "junit.xml"
+    result = run_pytest("--moco-impl=student_moco.py", "-m", "warmup", f"--junitxml={junit}")
+    result.assert_outcomes(failed=1, passed=1, deselected=1)  # W1 and W2 are warmup checks
+    xml = junit.read_text()
+    assert 'name="points"' in xml and 'name="submission" value="student_moco.py"' in xml

@@ -223,6 +223,26 @@ def _unknown_checks(selected: tuple[str, ...]) -> list[str]:
     return unknown_selectors(selected)
 
 
+def _bad_run_option(args: argparse.Namespace) -> str:
+    """The first of --timeout, --check-timeout, --jobs, --memory-mb, --out that cannot be
+    used, said in one line naming it; "" when all can."""
+    import math
+
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        return f"--timeout must be a number of seconds > 0, not {args.timeout:g}"
+    if args.check_timeout is not None and not (math.isfinite(args.check_timeout)
+                                               and args.check_timeout >= 0):
+        return f"--check-timeout must be ≥ 0 seconds (0: none), not {args.check_timeout:g}"
+    if args.jobs < 1:
+        return f"--jobs must be ≥ 1, not {args.jobs}"
+    if getattr(args, "memory_mb", 1) < 64:
+        return f"--memory-mb must be at least 64, not {args.memory_mb}"
+    out = getattr(args, "out", None)
+    if out and Path(out).exists() and not Path(out).is_dir():
+        return f"--out {out} is a file, not a folder for the reports"
+    return ""
+
+
 def _is_batch(args: argparse.Namespace) -> bool:
     return bool(args.out or args.shard or args.only or args.per_student_folders or any(
         Path(p).is_dir() or p.endswith(".zip") for p in args.paths))
@@ -260,11 +280,12 @@ def run_grade(args: argparse.Namespace) -> int:
     if not args.paths:
         return _usage_error("grade needs at least one PATH (or --merge OUT …)")
     try:
-        minimum = MinScore.parse(args.min_score) if args.min_score else MinScore()
+        minimum = MinScore.parse(args.min_score) if args.min_score is not None else MinScore()
     except ValueError as exc:
-        return _usage_error(f"--min-score: {exc}")
-    if args.timeout <= 0 or args.jobs < 1 or (args.check_timeout or 0) < 0:
-        return _usage_error("--timeout must be > 0, --check-timeout ≥ 0 and --jobs ≥ 1")
+        return _usage_error(str(exc))
+    bad = _bad_run_option(args)
+    if bad:
+        return _usage_error(bad)
     _apply_isolation(args)
     from moco_ref.judge.rubric import RubricError
 
@@ -458,8 +479,9 @@ def run_demo_command(args: argparse.Namespace) -> int:
     )
     from moco_ref.report.formats import dumps_strict, print_reports
 
-    if args.timeout <= 0 or args.jobs < 1:
-        return _usage_error("--timeout must be > 0 and --jobs ≥ 1")
+    bad = _bad_run_option(args)
+    if bad:
+        return _usage_error(bad)
     _apply_isolation(args)
     try:
         manifest = find_manifest(args.manifest)

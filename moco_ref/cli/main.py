@@ -64,7 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print("moco-ref: interrupted (what was graded before is in the reports and the "
+              "summary)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -58,6 +58,18 @@ def _target(config) -> str:
     return str(relative) if relative.exists() else raw
 
 
+def pytest_configure(config) -> None:
+    """A ``--moco-impl`` that names nothing is a usage error before anything is collected."""
+    if not config.getoption("moco_impl"):
+        return
+    from moco_ref.observe.loader import TargetError, expand_targets
+
+    try:
+        expand_targets([_target(config)])
+    except TargetError as exc:
+        raise pytest.UsageError(f"--moco-impl: {exc}") from None
+
+
 def pytest_report_header(config):
     if config.getoption("moco_impl"):
         return f"moco-ref: checking the MoCo implementation {config.getoption('moco_impl')}"
@@ -70,9 +82,8 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         return
     target = _target(config)
     path = Path(target).resolve() if Path(target).exists() else session.path
-    collector = MocoImplementation.from_parent(
-        session, name=COLLECTOR_NAME, nodeid=COLLECTOR_NAME, path=path
-    )
+    name = f"{COLLECTOR_NAME}[{Path(target).name}]"  # test ids unique per submission
+    collector = MocoImplementation.from_parent(session, name=name, nodeid=name, path=path)
     collected = list(collector.collect())
     # Reported like any collection, so the terminal's counts include the checks.
     session.ihook.pytest_collectreport(
@@ -96,10 +107,11 @@ class MocoImplementation(pytest.Collector):
     """Observes and judges the implementation once; yields one item per check."""
 
     def collect(self):
-        from moco_ref.grade import grade_submission
-
         options = _options(self.config)
-        report = grade_submission(_target(self.config), options)
+        if self.config.option.collectonly:  # list the checks, grade nothing
+            yield from self._listed(options)
+            return
+        report = _graded_once(self.config, _target(self.config), options)
         self.config.stash[_REPORT_KEY] = report
         results = list(report.results)
         if not report.gradable:
@@ -112,6 +124,57 @@ class MocoImplementation(pytest.Collector):
             )
 
 
+    def _listed(self, options):
+        from moco_ref.judge.results import CheckResult, Status, SubmissionReport
+
+        style = options.style or _style_from_source(_target(self.config))
+        report = SubmissionReport(_target(self.config), style, gradable=True)
+        for spec in _specs(None):  # the same items a graded run yields
+            if options.selects(spec.check_id):
+                status = Status.NOT_JUDGED if style in spec.styles else Status.NOT_APPLICABLE
+                result = CheckResult(spec.check_id, spec.title, spec.family, 0.0, status,
+                                     "not graded: --collect-only")
+                yield CheckItem.from_parent(self, name=spec.check_id, result=result,
+                                            report=report, options=options)
+
+
+def _style_from_source(target: str) -> str:
+    """The style a file's top-level names point to, read without running it."""
+    from moco_ref.report.intake import defined_entry_points
+
+    names = defined_entry_points(Path(target)) if Path(target).is_file() else set()
+    if names & {"train_moco", "moco_warmup"}:
+        return "lab"
+    return "builder" if "MoCo" in names else "components" if names else "lab"
+
+
+def _graded_once(config, target: str, options):
+    """The implementation's report. Under pytest-xdist every worker collects the same items:
+    the first to get here grades, the others read its report (a lock file per test run)."""
+    from moco_ref.grade import grade_submission
+
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return grade_submission(target, options)
+    import fcntl
+    import hashlib
+    import json
+    import tempfile
+
+    from moco_ref.report.batch import report_from_dict
+
+    key = hashlib.sha256(f"{workerinput.get('testrunuid')}|{target}|{options.to_dict()}"
+                         .encode()).hexdigest()[:24]
+    shared = Path(tempfile.gettempdir()) / f"moco-ref-pytest-{key}.json"
+    with open(shared.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if shared.exists():
+            return report_from_dict(json.loads(shared.read_text(encoding="utf-8")))
+        report = grade_submission(target, options)
+        shared.write_text(json.dumps(report.to_dict(), default=str), encoding="utf-8")
+        return report
+
+
 class CheckItem(pytest.Item):
     def __init__(self, *, result, report, options, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -119,6 +182,14 @@ class CheckItem(pytest.Item):
         self.report = report
         self.options = options
         self.extra_keyword_matches.add(result.family)
+        marker = result.family.replace("-", "_")  # families are markers: -m I4
+        if not any(line.split(":", 1)[0] == marker for line in self.config.getini("markers")):
+            self.config.addinivalue_line("markers", f"{marker}: moco-ref checks of {marker}")
+        self.add_marker(getattr(pytest.mark, marker))
+        self.user_properties += [("submission", Path(report.submission).name),
+                                 ("points", f"{result.points:g}"),
+                                 ("max_points", f"{result.max_points:g}"),
+                                 ("status", result.status.value)]
         from moco_ref.judge.results import Status
 
         if result.status is Status.NOT_APPLICABLE:  # skipped at the check, not in this file

@@ -27,9 +27,18 @@ def add_parsers(subparsers) -> None:
 
 def run_record(args: argparse.Namespace) -> int:
     from moco_ref.grade import observe_sandboxed
+    from moco_ref.observe.loader import TargetError, expand_targets
     from moco_ref.observe.options import GradeOptions
     from moco_ref.tools import refactor_guard
 
+    try:
+        expand_targets([args.target])
+    except TargetError as exc:
+        print(f"moco-ref: error: {exc}", file=sys.stderr)
+        return 2
+    if args.timeout <= 0:
+        print(f"moco-ref: error: --timeout must be > 0, not {args.timeout:g}", file=sys.stderr)
+        return 2
     options = GradeOptions(style=args.style, seed=args.seed, timeout=args.timeout)
     record = observe_sandboxed(args.target, options)
     if not record.get("gradable") or record.get("missing"):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from moco_ref.core.step import ORDERS
-from moco_ref.tools.recipes import RECIPES, Recipe
+from moco_ref.tools.recipes import RECIPES, Recipe, positive_int
 
 HELD_OUT_FRACTION = 0.3
 
@@ -36,20 +36,20 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="default",
                         help="default: this project's digits recipe; lab07: LAB 07's "
                              "hyperparameters (m .95, K 240, batch 60, Adam .002, T .2, 15 epochs)")
-    parser.add_argument("--epochs", type=_positive_int, default=None,
+    parser.add_argument("--epochs", type=positive_int, default=None,
                         help="override the recipe's number of epochs")
     parser.add_argument("--order", choices=ORDERS, default="lab",
                         help="step order: paper (Algorithm 1) or lab (LAB 07 / official code)")
     parser.add_argument("--out", type=Path, default=Path("moco-train"),
                         help="output folder (default: ./moco-train)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--limit", type=_positive_int, default=None,
+    parser.add_argument("--limit", type=positive_int, default=None,
                         help="use at most this many images (stratified)")
-    parser.add_argument("--image-size", type=_positive_int, default=32,
+    parser.add_argument("--image-size", type=positive_int, default=32,
                         help="side length images of an image folder are resized to")
-    parser.add_argument("--knn-k", type=_positive_int, default=5,
+    parser.add_argument("--knn-k", type=positive_int, default=5,
                         help="neighbours in the cosine kNN probe")
-    parser.add_argument("--threads", type=_positive_int, default=1,
+    parser.add_argument("--threads", type=positive_int, default=1,
                         help="torch CPU threads (default 1: faster than 2 for these tiny "
                              "convolutions on a 2-core machine)")
     parser.set_defaults(run=run_train)
@@ -183,13 +183,3 @@ def _versions() -> dict:
         "sklearn": sklearn.__version__,
         "moco_ref": __version__,
     }
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value

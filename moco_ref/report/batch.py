@@ -83,6 +83,7 @@ class BatchResult:
     outcomes: list[Outcome] = field(default_factory=list)
     skipped_by_shard: int = 0
     not_regraded: int = 0  # --only: submissions neither chosen nor in the cache
+    interrupted: bool = False  # Ctrl-C: the summary holds what was graded before
     out: Path | None = None
     wall_seconds: float = 0.0
 
@@ -402,6 +403,7 @@ def write_summary(out: Path, result: BatchResult, options: GradeOptions, *,
         "jobs": jobs,
         "isolation": isolation,
         "wall_seconds": round(result.wall_seconds, 3),
+        "interrupted": result.interrupted,
         "graded": sum(not o.cached for o in result.outcomes),
         "cached": sum(o.cached for o in result.outcomes),
         "submissions": rows,
@@ -485,15 +487,22 @@ def grade_folder(
     def finished(report: SubmissionReport) -> None:
         target, key = by_path[report.submission]
         report = _with_target_note(report, target)
-        outcome = Outcome(target, report)
+        outcome = outcomes[target.name] = Outcome(target, report)
         write_reports(out, outcome, options, gradescope=gradescope, junit=junit,
                           rubric=rubric)
         store_cached(out, key, report)
         if on_done is not None:
             on_done(outcome)
 
-    reports = grade_tasks([(target.path, options) for target, _ in to_grade], jobs=jobs,
-                          on_report=finished)
+    try:
+        reports = grade_tasks([(target.path, options) for target, _ in to_grade], jobs=jobs,
+                              on_report=finished)
+    except KeyboardInterrupt:  # the summary of what was graded before Ctrl-C
+        result.outcomes = [outcomes[t.name] for t in targets if t.name in outcomes]
+        result.interrupted = True
+        result.wall_seconds = time.monotonic() - started
+        write_summary(out, result, options, shard=shard, jobs=jobs, isolation="")
+        raise
     for (target, _), report in zip(to_grade, reports, strict=True):
         outcomes[target.name] = Outcome(target, report)
     result.outcomes = [outcomes[target.name] for target in targets if target.name in outcomes]

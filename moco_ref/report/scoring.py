@@ -3,6 +3,7 @@ the command that reruns one check."""
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass
 
@@ -25,7 +26,13 @@ class MinScore:
         """``"38"`` (points) or ``"90%"`` (of the maximum)."""
         raw = text.strip()
         percent = raw.endswith("%")
-        number = float(raw[:-1] if percent else raw)
+        try:
+            number = float(raw[:-1] if percent else raw)
+        except ValueError:
+            raise ValueError(f"--min-score wants points (e.g. 90) or a percentage (e.g. 90%), "
+                             f"not {text!r}") from None
+        if not math.isfinite(number):
+            raise ValueError(f"--min-score must be a finite number, not {text!r}")
         if number < 0 or (percent and number > 100):
             raise ValueError(f"--min-score must be ≥ 0 (and ≤ 100%), got {text}")
         return cls(number, percent)

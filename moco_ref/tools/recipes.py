@@ -10,6 +10,7 @@ consistent, and 12 epochs fit the budget.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import asdict, dataclass, field
 
 
@@ -44,3 +45,14 @@ RECIPES = {
         model=SMALL_CNN, augmentation=DIGIT_AUGMENTATION,
     ),
 }
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number ≥ 1 (epochs, limits, threads)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value

@@ -22,6 +22,7 @@ from torch import nn
 
 from moco_ref.core.builder import MoCo
 from moco_ref.core.distributed import rank, world_size
+from moco_ref.tools.recipes import RECIPES, positive_int
 
 
 class _Projection(nn.Module):
@@ -37,8 +38,8 @@ class _Projection(nn.Module):
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m moco_ref.tools.train_dist")
-    parser.add_argument("--recipe", default="default")
-    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="default")
+    parser.add_argument("--epochs", type=positive_int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/dist"))
     return parser.parse_args(argv)
@@ -50,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     from moco_ref.tools.data import load_digits_dataset, stratified_split
     from moco_ref.tools.evaluation import probe_encoder
     from moco_ref.tools.models import SmallConvNet
-    from moco_ref.tools.recipes import RECIPES
 
     if "WORLD_SIZE" in os.environ:
         dist.init_process_group("gloo")
