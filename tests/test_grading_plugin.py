@@ -67,12 +67,12 @@ def test_a_bad_moco_impl_is_a_usage_error(pytester, run_pytest):
 
 @pytest.mark.usefixtures("stubbed")
 def test_collect_only_lists_the_checks_without_grading(pytester, run_pytest, monkeypatch):
-    import moco_ref.grade
+    from moco_ref import grade as grading
 
     def refuse(*args, **kwargs):
         raise AssertionError("--collect-only graded the implementation")
 
-    monkeypatch.setattr(moco_ref.grade, "grade_submission", refuse)
+    monkeypatch.setattr(grading, "grade_submission", refuse)
     write(pytester.path, "student_moco.py", BAD_FIFO_WARMUP)
     result = run_pytest("--moco-impl=student_moco.py", "--collect-only", "-q")
     result.stdout.fnmatch_lines(["*W1-warmup-fifo*", "*3 tests collected*"])

@@ -10,6 +10,7 @@ from moco_ref import __version__
 from moco_ref.cli import checks as checks_cli
 from moco_ref.cli import diff_grades as diff_grades_cli
 from moco_ref.cli import doctor as doctor_cli
+from moco_ref.cli import export as export_cli
 from moco_ref.cli import golden as golden_cli
 from moco_ref.cli import grade as grading_cli
 from moco_ref.cli import gradescope as gradescope_cli
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     rubric_cli.add_parser(subparsers)
     gradescope_cli.add_parser(subparsers)  # gradescope build, test, run
     diff_grades_cli.add_parser(subparsers)
+    export_cli.add_parser(subparsers)
     return parser
 
 
