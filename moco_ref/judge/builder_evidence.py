@@ -92,6 +92,27 @@ class BuilderEvidence:
         """The whole record (a builder submission is observed in one part)."""
         return observed(self._observations.get(WHOLE, self._observations))
 
+    def ragged(self) -> BuilderEvidence | None:
+        """The evidence of the ragged run (K not a multiple of the batch) as if it were the
+        main one; None when the module refused it by raising (a loud refusal) or it is absent."""
+        run = self.record.get("ragged")
+        if not isinstance(run, dict) or run.get("error") or not run.get("steps"):
+            return None
+        from moco_ref.observe.builder_probe import ragged_probe
+
+        record = {**self.record, "run": run,
+                  "probe": ragged_probe(self.probe).to_dict()}
+        return BuilderEvidence(record, self.options)
+
+    def ragged_refusal(self) -> str | None:
+        """The first line of the ragged run's error, when the module refused it."""
+        run = self.record.get("ragged")
+        if isinstance(run, dict) and run.get("error"):
+            text = str(run["error"]).split("\ntensors in ", 1)[0]  # the exception, not locals
+            lines = [line for line in text.splitlines() if line.strip()]
+            return lines[-1].strip()[:200] if lines else "an error"
+        return None
+
     # ----------------------------------------------------------------- runs
 
     def require_run(self, which: str = "run") -> schema.BuilderRun:

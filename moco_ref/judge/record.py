@@ -454,7 +454,7 @@ def _component_outputs(kind: str, data, options: GradeOptions) -> None:
 
 def _builder(data, options: GradeOptions) -> None:
     _entries(data, schema.BuilderRecord, "the builder record")
-    for name in ("run", "mlp"):
+    for name in ("run", "mlp", "ragged"):
         run = data.get(name)
         if run is None:
             continue

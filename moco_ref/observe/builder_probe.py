@@ -64,6 +64,10 @@ class BuilderProbe:
     lr: float = 0.5
     seed: int = 0
     mlp_steps: int = 2
+    # a ragged run: K not a multiple of the batch, so an enqueue wraps in mid-batch; a module
+    # may refuse it loudly (the official asserts K % batch == 0), never drop keys silently
+    ragged_K: int = 20
+    ragged_steps: int = 5
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -75,6 +79,11 @@ class BuilderProbe:
         defaults = asdict(cls())
         return cls(**{name: type(default)(data[name]) for name, default in defaults.items()
                       if name in data})
+
+
+def ragged_probe(probe: BuilderProbe) -> BuilderProbe:
+    """The probe of the ragged run: the same module, K not a multiple of the batch."""
+    return replace(probe, K=probe.ragged_K, steps=probe.ragged_steps)
 
 
 def default_builder_probe(options: GradeOptions) -> BuilderProbe:
@@ -370,4 +379,5 @@ def observe_builder(namespace: dict, options: GradeOptions,
         record["environment"] = {"process_group": group, "cuda_on_cpu": mapped}
         record["run"] = run_builder(moco_class, probe)
         record["mlp"] = run_builder(moco_class, replace(probe, steps=probe.mlp_steps), mlp=True)
+        record["ragged"] = run_builder(moco_class, ragged_probe(probe))
     return record

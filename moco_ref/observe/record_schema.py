@@ -235,3 +235,4 @@ class BuilderRecord(ObservedRecord, total=False):
     environment: dict
     run: BuilderRun
     mlp: BuilderRun
+    ragged: BuilderRun  # K not a multiple of the batch

@@ -147,6 +147,20 @@ def i3_fifo_keeps_newest_builder(ev: BuilderEvidence) -> str | None:
     with count as the oldest): a step's keys overwrite the oldest columns, and no entry is
     dropped while an older one stays (the reference ``KeyQueue`` gives the expected set)."""
     K, B = ev.probe.K, ev.probe.batch
+    _require_fifo(ev, "")
+    ragged = ev.ragged()
+    if ragged is not None:
+        _require_fifo(ragged, f" (a second run with K = {ragged.probe.K}, not a multiple of the "
+                              f"batch {B}, so an enqueue wraps in mid-batch)")
+        note = f"; with K = {ragged.probe.K} the wrap in mid-batch kept the FIFO"
+    else:
+        refusal = ev.ragged_refusal()
+        note = f"; K not a multiple of the batch refused loudly ({refusal})" if refusal else ""
+    return f"K = {K}, the queue wrapped {(len(ev.steps) * B) // K} time(s){note}"
+
+
+def _require_fifo(ev: BuilderEvidence, run: str) -> None:
+    K, B = ev.probe.K, ev.probe.batch
     for step in ev.steps:
         got = _traced(ev, step)
         expected = expected_fifo(K, B, step.index + 1)
@@ -157,11 +171,11 @@ def i3_fifo_keeps_newest_builder(ev: BuilderEvidence) -> str | None:
         stuck = step.ptr_before is not None and step.ptr_before == step.ptr_after
         misconception = ("queue_ptr did not advance: every step overwrote the same columns"
                          if stuck else "the queue did not keep the newest keys")
-        fail(misconception, where=f"{builder_where(step.index, after=True)} ({pointer_text(step)})",
+        fail(misconception + run,
+             where=f"{builder_where(step.index, after=True)} ({pointer_text(step)})",
              expected=f"the last {K} entries: {_describe_labels(ev, expected)}",
              got=f"{_describe_labels(ev, dropped)} dropped while "
                  f"{_describe_labels(ev, kept)} stayed")
-    return f"K = {K}, the queue wrapped {(len(ev.steps) * B) // K} time(s)"
 
 
 @FIFO_KEEPS_NEWEST.judges('components')
