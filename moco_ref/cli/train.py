@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from moco_ref.core.step import ORDERS
+from moco_ref.core.orders import ORDERS
 from moco_ref.tools.recipes import RECIPES, Recipe, positive_int
 
 HELD_OUT_FRACTION = 0.3

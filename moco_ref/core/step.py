@@ -25,6 +25,7 @@ from moco_ref.core.contrastive import (
     positive_labels,
 )
 from moco_ref.core.momentum import matched_parameters, momentum_update
+from moco_ref.core.orders import ORDERS
 from moco_ref.core.queue import KeyQueue
 from moco_ref.core.validation import (
     require_count,
@@ -32,8 +33,6 @@ from moco_ref.core.validation import (
     require_positive,
     require_probability,
 )
-
-ORDERS = ("paper", "lab")
 
 
 def projection_of(output: object) -> torch.Tensor:
