@@ -283,8 +283,9 @@ def test_a_ragged_k_is_fifo_kept_or_refused_loudly():
     """K not a multiple of the batch: the official module's assertion is a loud refusal, not a
     bug; a ring that wraps in mid-batch must keep the FIFO (builder_bug_ragged_wrap_drops_keys
     is the witness that does not)."""
-    for name, says in (("builder_correct_official_style.py", "refused loudly (AssertionError)"),
-                       ("builder_correct_ring_any_batch.py", "the wrap in mid-batch kept the FIFO")):
+    cases = (("builder_correct_official_style.py", "refused loudly (AssertionError)"),
+             ("builder_correct_ring_any_batch.py", "the wrap in mid-batch kept the FIFO"))
+    for name, says in cases:
         results, _ = grade(load_namespace(SUBMISSIONS / name), "builder")
         fifo = next(r for r in results if r.check_id == "I3-fifo-keeps-newest")
         assert fifo.status is Status.PASSED and says in fifo.message, (name, fifo.message)

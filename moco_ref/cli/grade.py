@@ -57,6 +57,15 @@ def _add_grade(subparsers) -> None:
         help="also write Gradescope results.json: to FILE (one submission), or without FILE "
         "one file per submission in --out",
     )
+    output.add_argument(
+        "--feedback", choices=("html", "md"),
+        help="also write a feedback page per student (score, each family's verdict and "
+        "evidence, figures; student-safe, self-contained): in batch grading "
+        "<name>.feedback.html/.md beside each report in --out, otherwise "
+        "<submission stem>.feedback.html/.md in the current folder (or --feedback-out)",
+    )
+    output.add_argument("--feedback-out", metavar="FILE",
+                        help="where the one submission's --feedback page goes")
     batch = parser.add_argument_group(
         "batch grading",
         "A folder PATH (or --out/--shard) grades in batch: a progress bar, one report per "
@@ -270,10 +279,7 @@ def _run_merge(args: argparse.Namespace) -> int:
 
 
 def run_grade(args: argparse.Namespace) -> int:
-    from moco_ref.grade import grade_many
-    from moco_ref.observe.loader import TargetError, expand_targets
-    from moco_ref.report.formats import print_reports, to_json, write_gradescope, write_junit
-    from moco_ref.report.scoring import MinScore, meets
+    from moco_ref.report.scoring import MinScore
 
     if args.merge:
         return _run_merge(args)
@@ -287,7 +293,11 @@ def run_grade(args: argparse.Namespace) -> int:
     if bad:
         return _usage_error(bad)
     _apply_isolation(args)
+    from moco_ref.grade import grade_many
     from moco_ref.judge.rubric import RubricError
+    from moco_ref.observe.loader import TargetError, expand_targets
+    from moco_ref.report.formats import print_reports, to_json, write_gradescope, write_junit
+    from moco_ref.report.scoring import meets
 
     try:
         options = _options_from(args)
@@ -311,6 +321,9 @@ def run_grade(args: argparse.Namespace) -> int:
     if args.prairielearn and len(targets) != 1:
         return _usage_error(f"--prairielearn writes one submission's results; got "
                             f"{len(targets)}")
+    if args.feedback_out and (len(targets) != 1 or not args.feedback):
+        return _usage_error("--feedback-out names the page of one submission graded with "
+                            "--feedback html|md")
     if args.gradescope == "" or args.junit == "":
         return _usage_error("--gradescope/--junit without FILE write one file per submission "
                             "into --out (batch grading): give a FILE or --out DIR")
@@ -332,7 +345,21 @@ def run_grade(args: argparse.Namespace) -> int:
         from moco_ref.report.lms import write_prairielearn
 
         write_prairielearn(reports[0], args.prairielearn, rubric)
+    if args.feedback:
+        _write_feedback_pages(args, reports, rubric, quiet=args.json)
     return EXIT_OK if all(passed) else EXIT_BELOW
+
+
+def _write_feedback_pages(args: argparse.Namespace, reports, rubric, *, quiet: bool) -> None:
+    """One page per submission: --feedback-out, else <stem>.feedback.<kind> here."""
+    from moco_ref.report.feedback import feedback_name, write_feedback
+
+    for report in reports:
+        path = Path(args.feedback_out) if args.feedback_out else Path(
+            feedback_name(report, args.feedback))
+        write_feedback(report, path, args.feedback, rubric)
+        if not quiet:
+            print(f"feedback for {Path(report.submission).name} written to {path}")
 
 
 def _rubric_of(args: argparse.Namespace):
@@ -363,6 +390,9 @@ def _run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
     if args.gradescope:
         return _usage_error("in batch grading --gradescope takes no FILE: one results file per "
                             "submission goes into --out")
+    if args.feedback_out:
+        return _usage_error("in batch grading the --feedback pages go into --out beside the "
+                            "reports: give no --feedback-out")
     out = Path(args.out or DEFAULT_OUT)
     progress = Progress()
     try:
@@ -371,6 +401,7 @@ def _run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
             gradescope=args.gradescope is not None, junit=args.junit == "",
             on_start=progress.start, on_done=progress.advance,
             per_folder=args.per_student_folders, only=tuple(args.only), rubric=_rubric_of(args),
+            feedback=args.feedback,
         )
     except TargetError as exc:
         return _usage_error(str(exc))

@@ -8,6 +8,7 @@ import sys
 
 from moco_ref import __version__
 from moco_ref.cli import checks as checks_cli
+from moco_ref.cli import class_report as class_report_cli
 from moco_ref.cli import diff_grades as diff_grades_cli
 from moco_ref.cli import doctor as doctor_cli
 from moco_ref.cli import export as export_cli
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     rubric_cli.add_parser(subparsers)
     gradescope_cli.add_parser(subparsers)  # gradescope build, test, run
     diff_grades_cli.add_parser(subparsers)
+    class_report_cli.add_parser(subparsers)
     export_cli.add_parser(subparsers)
     return parser
 

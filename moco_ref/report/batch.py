@@ -9,8 +9,9 @@ deterministic shards for CI matrices or cluster array jobs, and a cache of uncha
 - **shards**: ``--shard i/n`` keeps the targets whose name hashes to ``i`` (``sha256`` of the
   name, mod ``n``; 1-based ``i``): stable across machines, Python versions and reorderings,
   and every target lands in exactly one shard.
-- **reports**: ``OUT/<name>.json`` (the JSON report), plus ``OUT/<name>.gradescope.json`` and
-  ``OUT/<name>.junit.xml`` when asked; ``OUT/summary.csv`` and ``OUT/summary.json`` (submission,
+- **reports**: ``OUT/<name>.json`` (the JSON report), plus ``OUT/<name>.gradescope.json``,
+  ``OUT/<name>.junit.xml`` and the student's feedback page ``OUT/<name>.feedback.html`` (or
+  ``.md``) when asked; ``OUT/summary.csv`` and ``OUT/summary.json`` (submission,
   score, max score, failed checks, wall time, …) for the targets of this run —
   ``summary-I-of-N.*`` for shard I of N, so shards can share a folder.
 - **cache**: ``OUT/.cache/<key>.json``, ``key = sha256(name, content of the file, grader
@@ -308,11 +309,19 @@ def _with_target_note(report: SubmissionReport, target: Target) -> SubmissionRep
 
 
 def write_reports(out: Path, outcome: Outcome, options: GradeOptions, *,
-                  gradescope: bool = False, junit: bool = False, rubric=None) -> None:
+                  gradescope: bool = False, junit: bool = False, rubric=None,
+                  feedback: str | None = None) -> None:
+    """``<stem>.json``, and when asked ``<stem>.gradescope.json``, ``<stem>.junit.xml`` and
+    the student's feedback page ``<stem>.feedback.html`` / ``.md`` (``feedback``)."""
     from moco_ref.report.formats import gradescope_results, junit_tree, to_json
 
     stem = report_stem(outcome.target)
     _write_atomic(out / f"{stem}.json", to_json([outcome.report], options))
+    if feedback:
+        from moco_ref.report.feedback import SUFFIXES, render_feedback
+
+        _write_atomic(out / f"{stem}{SUFFIXES[feedback]}",
+                      render_feedback(outcome.report, feedback, rubric))
     if gradescope:
         _write_atomic(out / f"{stem}.gradescope.json",
                       _dumps(gradescope_results(outcome.report, options, rubric)))
@@ -443,6 +452,7 @@ def grade_folder(
     per_folder: bool = False,
     only: tuple[str, ...] = (),
     rubric=None,
+    feedback: str | None = None,
 ) -> BatchResult:
     """Grade every submission under ``paths`` (of ``shard``), writing reports and summaries to
     ``out``; ``on_start(total)`` once, ``on_done(outcome)`` as each finishes."""
@@ -477,7 +487,7 @@ def grade_folder(
             outcome = Outcome(target, cached, cached=True)
             outcomes[target.name] = outcome
             write_reports(out, outcome, options, gradescope=gradescope, junit=junit,
-                          rubric=rubric)
+                          rubric=rubric, feedback=feedback)
             if on_done is not None:
                 on_done(outcome)
         else:
@@ -489,7 +499,7 @@ def grade_folder(
         report = _with_target_note(report, target)
         outcome = outcomes[target.name] = Outcome(target, report)
         write_reports(out, outcome, options, gradescope=gradescope, junit=junit,
-                          rubric=rubric)
+                      rubric=rubric, feedback=feedback)
         store_cached(out, key, report)
         if on_done is not None:
             on_done(outcome)

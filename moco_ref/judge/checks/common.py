@@ -26,6 +26,22 @@ from moco_ref.judge.invariants import (
 from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis
 
 NEEDS_LOSS = "I8-loss-matches-recomputation"
+MAX_SERIES = 200  # per-step numbers a failure's details carry for the feedback's figures
+
+
+def _rounded(value) -> float | None:
+    return None if value is None else float(f"{float(value):.6g}")
+
+
+def loss_series(ev: LabEvidence, diagnosis: LossDiagnosis) -> dict:
+    """The reference loss and the submission's (recomputed under the form that explains its
+    gradient; None where none does) at each of the first ``MAX_SERIES`` steps."""
+    reference, submission = [], []
+    for t in range(min(len(ev.steps), len(diagnosis.steps), MAX_SERIES)):
+        result = form_gradient(REFERENCE_FORM, ev.loss_inputs[t], diagnosis.temperature)
+        reference.append(None if result is None else _rounded(result[0]))
+        submission.append(_rounded(diagnosis.steps[t].loss))
+    return {"loss_reference": reference, "loss_submission": submission}
 
 
 def steps_text(steps: list[int]) -> str:
@@ -79,16 +95,19 @@ def gradient_evidence(ev: LabEvidence, diagnosis: LossDiagnosis, alternative, t:
 
 
 def fail_factor(ev: LabEvidence, diagnosis: LossDiagnosis, fault, factor: str,
-                misconception: str, *, expected: str, got: str) -> NoReturn:
+                misconception: str, *, expected: str, got: str,
+                details: dict | None = None) -> NoReturn:
     """Fail with the steps whose loss has the faulty ``factor``, the gradient evidence at the
-    first of them, and, when the loss changes over the run, which steps computed what."""
+    first of them, and, when the loss changes over the run, which steps computed what
+    (``details``: more evidence for the feedback's figures)."""
     t, faulty, form = fault
     expected_form = replace(form, **{factor: getattr(REFERENCE_FORM, factor)})
     got = f"{got} {gradient_evidence(ev, diagnosis, expected_form, t)}"
     if len(diagnosis.runs()) > 1:
         got += f"; over the run, {diagnosis.narrative(ev.queue_context)}"
     fail(misconception, where=fault_where(ev, faulty), expected=expected, got=got,
-         details={"steps": faulty, "loss_by_step": diagnosis.narrative(ev.queue_context, 12)})
+         details={"steps": faulty, "loss_by_step": diagnosis.narrative(ev.queue_context, 12),
+                  **loss_series(ev, diagnosis), **(details or {})})
 
 
 def judgeable_loss_note(diagnosis: LossDiagnosis, steps: list[int], total: int) -> str | None:

@@ -42,6 +42,26 @@ def _same_source_mass(ev: LabEvidence, form, temperature: float, t: int) -> floa
     return float((p * same).sum(dim=1)[rows].mean()) if rows.any() else 0.0
 
 
+def _mask_picture(ev: LabEvidence, t: int, rule: str, rows: int = 8, columns: int = 50) -> dict:
+    """The same-source columns of (at most ``rows``) queries at step t, for the feedback's
+    figure: which queue columns the mask should hide, and the rule the submission used."""
+    step = ev.loss_inputs[t]
+    _, ids = step.negatives["before"]
+    same = same_source_mask(step.ids, ids)  # [B, n]
+    chosen = [int(i) for i in same.any(dim=1).nonzero().flatten()[:rows]]
+    return {"mask_step": t, "mask_negatives": len(ids), "mask_rule": rule,
+            "mask_rows": chosen,
+            "mask_expected": [[int(j) for j in same[i].nonzero().flatten()[:columns]]
+                              for i in chosen]}
+
+
+def _mask_grid(want: torch.Tensor, have: torch.Tensor, rows: int = 16,
+               columns: int = 64) -> dict:
+    """The masked negative columns expected and got (at most ``rows`` × ``columns``)."""
+    return {"mask_grid_expected": want[:rows, :columns].int().tolist(),
+            "mask_grid_got": have[:rows, :columns].int().tolist()}
+
+
 SAME_SOURCE_MASKED = check(
     "I4-same-source-masked",
     "negatives from the query's own image are masked",
@@ -69,14 +89,16 @@ def i4_same_source_masked_lab(ev: LabEvidence) -> str | None:
                         "the mask is inverted: it hides every negative from another image and "
                         "keeps the same-source ones (ids compared with != instead of ==)",
                         expected=f"only the {ev.collisions(t)} same-source negatives masked",
-                        got="all other-source negatives masked")
+                        got="all other-source negatives masked",
+                        details=_mask_picture(ev, t, rule))
         mass = _same_source_mass(ev, form, diagnosis.temperature, t)
         fail_factor(ev, diagnosis, fault, "mask",
                     "same-source negatives were not masked" if rule == "none" else
                     "same-source logits were set to 0, not −∞: e^0 still counts in the softmax",
                     expected=f"probability 0 for the {ev.collisions(t)} negatives from a "
                              "query's own image",
-                    got=f"{mass:.3g} of each such query's probability on them, on average")
+                    got=f"{mass:.3g} of each such query's probability on them, on average",
+                    details=_mask_picture(ev, t, rule))
     if not any(ev.collisions(t) for t in steps):
         raise NotExercised("not judged: no query met a queued key of its own image")
     pairs = sum(ev.collisions(t) for t in steps)
@@ -95,12 +117,12 @@ def i4_same_source_masked_components(ev: ComponentsEvidence) -> str | None:
             i, j = (int(v) for v in missing.nonzero()[0])
             fail("same-source negatives were not masked", where=where,
                  expected=f"logit [{i}, {j + 1}] masked (same id)",
-                 got=f"{float(got[i, j + 1]):.4g}")
+                 got=f"{float(got[i, j + 1]):.4g}", details=_mask_grid(want, have))
         if extra.any():
             i, j = (int(v) for v in extra.nonzero()[0])
             fail("negatives of other sources were masked", where=where,
                  expected=f"logit [{i}, {j + 1}] = {float(reference[i, j + 1]):.4g}",
-                 got=f"{float(got[i, j + 1]):.4g}")
+                 got=f"{float(got[i, j + 1]):.4g}", details=_mask_grid(want, have))
     return None
 
 

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from moco_ref.core.momentum import momentum_update
 from moco_ref.judge.assertions import (
+    CheckFailure,
     fail,
     fmt_values,
     require,
 )
 from moco_ref.judge.builder_evidence import BuilderEvidence
+from moco_ref.judge.checks.common import MAX_SERIES
 from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
 from moco_ref.judge.registry import check
 
@@ -27,6 +30,50 @@ def _reference_ema(case, m: float | None = None):
     return key
 
 
+def ema_trace(ev: LabEvidence) -> dict:
+    """For the feedback's figure: θk at one parameter (the one furthest off the law, else the
+    one θq pulls hardest at the first update) at each key forward, against m·θk + (1 − m)·θq
+    from the key forward before, with the run's fitted m; {} when the evidence has no such
+    snapshots or no m was fitted."""
+    ema = ev.ema
+    steps = ev.steps[:MAX_SERIES] if isinstance(ev, LabEvidence) else []
+    if ema.m is None or len(steps) < 2:
+        return {}
+    m = float(ema.m)
+    stale = ema.uses == "stale"
+    key_at = [step.key_params.to(torch.float64) for step in steps]
+    query_at = [step.query_params.to(torch.float64) for step in steps]
+    off = sum((key_at[t] - m * key_at[t - 1] - (1 - m) * query_at[t - 1 if stale else t]).abs()
+              for t in range(1, len(steps)))
+    pull = (query_at[1] - key_at[0]).abs()
+    # where the law is broken most, else where θq pulls hardest
+    j = int(off.argmax()) if float(off.max()) > 1e-6 * float(pull.max()) else int(pull.argmax())
+    key = [float(step.key_params[j]) for step in steps]
+    predicted = [None] + [
+        m * key[t - 1] + (1 - m) * float(steps[t - 1 if stale else t].query_params[j])
+        for t in range(1, len(steps))]
+    query = [float(step.query_params[j]) for step in steps]
+    return {"ema_m": float(f"{m:.6g}"), "ema_parameter": j,
+            "ema_key": [float(f"{v:.6g}") for v in key],
+            "ema_predicted": [None if v is None else float(f"{v:.6g}") for v in predicted],
+            "ema_query": [float(f"{v:.6g}") for v in query]}
+
+
+def _with_ema_trace(judge):
+    """Failures of ``judge`` carry ``ema_trace`` in their details."""
+    @functools.wraps(judge)
+    def judged(ev):
+        try:
+            return judge(ev)
+        except CheckFailure as failure:
+            try:
+                failure.details.update(ema_trace(ev))
+            except Exception:  # the picture is a bonus: never let it change the verdict
+                pass
+            raise
+    return judged
+
+
 EMA_LAW = check(
     "I7-ema-law",
     "θk ← m·θk + (1 − m)·θq over all parameters, one m",
@@ -39,6 +86,7 @@ EMA_LAW = check(
 
 
 @EMA_LAW.judges('lab', 'builder')
+@_with_ema_trace
 def i7_ema_law(ev: LabEvidence) -> str | None:
     """Between two key forwards θk changes only by θk ← m·θk + (1 − m)·θq, over every
     parameter, with one m for the whole run (fitted from the snapshots): not by the
@@ -118,6 +166,7 @@ MOMENTUM_IN_RANGE = check(
 
 
 @MOMENTUM_IN_RANGE.judges('lab')
+@_with_ema_trace
 def i7_momentum_in_range_lab(ev: LabEvidence) -> str | None:
     """The inferred m lies in [0.5, 1): the key encoder keeps most of its own value each step
     (m = 0 copies θq, m < 0.5 is an EMA with its coefficients swapped, m = 1 never moves).

@@ -23,6 +23,7 @@ from moco_ref.judge.checks.common import (
     judgeable_logits,
     judgeable_loss_note,
     logits_runs,
+    loss_series,
     loss_steps,
 )
 from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
@@ -77,7 +78,8 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
              got=f"a gradient off by {diagnosis.steps[t].error:.2g} of its size, "
                  f"{departure(ev.loss_inputs[t], closest, diagnosis.temperature)}{runs}",
              details={"steps": unexplained,
-                      "loss_by_step": diagnosis.narrative(ev.queue_context, 12)})
+                      "loss_by_step": diagnosis.narrative(ev.queue_context, 12),
+                      **loss_series(ev, diagnosis)})
     steps = list(range(len(ev.steps)))
     fault = factor_fault(diagnosis, steps, "labels", ("ones",))
     if fault:

@@ -1,0 +1,66 @@
+"""The ``class-report`` subcommand: what a graded batch says about the class.
+
+``moco-ref class-report OUT [--html FILE] [--json FILE]`` reads the batch output folder OUT
+of ``moco-ref grade`` (``summary.json`` and the per-submission reports) and prints the score
+distribution, the invariant families students broke, the most common misconceptions and the
+submissions not gradable or out of time; ``--html`` / ``--json`` also write them to FILE.
+Exit 0, or 2 when OUT cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "class-report",
+        help="a class's scores, broken invariants and common misconceptions from a graded batch",
+        description="Read a batch output folder of `moco-ref grade` (summary.json and the "
+        "per-submission reports) and report the score histogram, how many students broke "
+        "each invariant family, the most common misconceptions and the submissions not "
+        "gradable or timed out.",
+    )
+    parser.add_argument("out", metavar="OUT", help="the --out folder of `moco-ref grade`")
+    parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    parser.set_defaults(run=run_class_report)
+
+
+def run_class_report(args: argparse.Namespace) -> int:
+    from moco_ref.report.class_report import ClassReportError, class_report, class_report_html
+    from moco_ref.report.formats import dumps_strict
+    from moco_ref.report.scoring import points_str
+
+    try:
+        data = class_report(args.out)
+    except ClassReportError as exc:
+        print(f"moco-ref: error: {exc}", file=sys.stderr)
+        return 2
+    scores = data["scores"]
+    print(f"{data['submissions']} submission(s), {data['gradable']} gradable, "
+          f"{scores['full_marks']} with full marks"
+          + (f"; mean {points_str(scores['mean'])}, median {points_str(scores['median'])}"
+             if scores["mean"] is not None else ""))
+    print("scores (% of the maximum): " + ", ".join(
+        f"{b['from_percent']:g}–{b['to_percent']:g}: {b['count']}"
+        for b in scores["histogram"] if b["count"]))
+    for family in data["families"]:
+        print(f"  {family['family']:<9} broken by {family['broken']}, not passed by "
+              f"{family['not_passed']}")
+    if data["misconceptions"]:
+        print("most common misconceptions:")
+        for entry in data["misconceptions"][:10]:
+            print(f"  {entry['count']:>3} × {entry['misconception']} (e.g. {entry['example']})")
+    for title, key in (("not gradable", "not_gradable"), ("timed out", "timeouts")):
+        if data[key]:
+            print(f"{title}: {', '.join(data[key])}")
+    if args.json:
+        Path(args.json).write_text(dumps_strict(data) + "\n", encoding="utf-8")
+        print(f"JSON written to {args.json}")
+    if args.html:
+        Path(args.html).write_text(class_report_html(data), encoding="utf-8")
+        print(f"HTML written to {args.html}")
+    return 0

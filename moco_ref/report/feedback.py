@@ -1,0 +1,330 @@
+"""A feedback page per student: a self-contained HTML page or a Markdown file.
+
+What it shows: the score against the rubric, each invariant family's verdict with its checks'
+evidence (their messages), and a figure wherever the check's machine-readable evidence
+(``CheckResult.details``, see ``moco_ref.report.figures``) draws one: the loss per step, the
+queue's contents, the EMA, the mask. Figures are PNGs inlined as ``data:`` URIs: the page
+needs no network, no external file and no script. Without matplotlib the page has no figures
+and says so.
+
+Written for the student, like the Gradescope results (``moco_ref.report.lms``): the
+submission's file name only, no path of the grading machine, no local command; the rubric's
+``[visibility]`` is respected: a ``hidden`` check is left out (its points stay in the score),
+the others are shown with their visibility named when it is not ``visible``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from moco_ref import __version__
+from moco_ref.judge.registry import FAMILIES
+from moco_ref.judge.results import CheckResult, Status, SubmissionReport
+from moco_ref.judge.rubric import DEFAULT_RUBRIC, Rubric
+from moco_ref.report import figures
+from moco_ref.report.formats import inferred_text
+from moco_ref.report.lms import (
+    _fence,
+    _md_escape,
+    one_line_reason,
+    student_text,
+    submission_folder,
+    submission_name,
+)
+from moco_ref.report.scoring import points_str, told_elsewhere
+
+KINDS = ("html", "md")
+SUFFIXES = {"html": ".feedback.html", "md": ".feedback.md"}
+VISIBILITY_NOTES = {
+    "after_due_date": "shown after the due date",
+    "after_published": "shown after the grades are published",
+}
+NO_FIGURES = ("Figures are not drawn here: matplotlib is not installed where this was graded "
+              "(the evidence is in the text).")
+_VERDICTS = {Status.PASSED: "passed", Status.FAILED: "failed", Status.ERROR: "error",
+             Status.TIMEOUT: "timed out", Status.NOT_JUDGED: "not judged"}
+_FAMILY_NAMES = {
+    "contract": "the function's contract",
+    "warmup": "moco_warmup",
+    "I1": "I1 — no gradient into the key encoder",
+    "I2": "I2 — the stored keys are the key encoder's",
+    "I3": "I3 — the queue is FIFO, newest kept",
+    "I4": "I4 — same-source negatives masked",
+    "I5": "I5 — warm-up values",
+    "I6": "I6 — the order of a step",
+    "I7": "I7 — the EMA law",
+    "I8": "I8 — the loss",
+    "I9": "I9 — the batch is not its own negatives",
+}
+
+
+def feedback_name(report: SubmissionReport, kind: str) -> str:
+    """``alice.feedback.html`` for ``…/alice.py`` (a module path: its last part)."""
+    name = Path(report.submission).name
+    stem = name.rsplit(".", 1)[0] if name.endswith((".py", ".ipynb")) else name.split(".")[-1]
+    return f"{stem}{SUFFIXES[kind]}"
+
+
+class _Page:
+    """The feedback's content, independent of HTML or Markdown."""
+
+    def __init__(self, report: SubmissionReport, rubric: Rubric, *, draw: bool = True) -> None:
+        self.report = report
+        self.rubric = rubric
+        self.root = submission_folder(report)
+        self.name = submission_name(report, self.root)
+        self.draw = draw and figures.available()
+        self.hidden = [r for r in report.results if r.status is not Status.NOT_APPLICABLE
+                       and rubric.visibility_of(r.check_id) == "hidden"]
+        self.shown = [r for r in report.results if r.status is not Status.NOT_APPLICABLE
+                      and rubric.visibility_of(r.check_id) != "hidden"]
+        self.not_applicable = [r.check_id for r in report.results
+                               if r.status is Status.NOT_APPLICABLE]
+
+    def text(self, value: str) -> str:
+        return student_text(value, self.root).strip()
+
+    @property
+    def score(self) -> str:
+        return points_str(self.report.score) if self.report.gradable else "0"
+
+    @property
+    def max_score(self) -> str:
+        return points_str(self.report.max_score)
+
+    def families(self) -> list[tuple[str, list[CheckResult]]]:
+        order = {family: i for i, family in enumerate(FAMILIES)}
+        names = sorted({r.family for r in self.shown}, key=lambda f: order.get(f, len(order)))
+        return [(family, [r for r in self.shown if r.family == family]) for family in names]
+
+    def family_verdict(self, results: list[CheckResult]) -> str:
+        if all(r.status is Status.PASSED for r in results):
+            return "passed"
+        if any(r.status is Status.FAILED for r in results):
+            return "broken"
+        return "not fully judged"
+
+    def figures_of(self, result: CheckResult) -> list[tuple[str, bytes]]:
+        if not self.draw or result.status is Status.PASSED:
+            return []
+        try:
+            return figures.check_figures(result.details)
+        except Exception:  # a figure is a bonus: the page is written without it
+            return []
+
+    def missing_figure(self, result: CheckResult) -> bool:
+        return (not self.draw and result.status is not Status.PASSED
+                and figures.wants_figure(result.details))
+
+    def notes_needed(self) -> bool:
+        """Whether a figure is left out for want of matplotlib."""
+        return not self.draw and any(self.missing_figure(r) for r in self.shown)
+
+    def message(self, result: CheckResult) -> str:
+        message = self.text(result.message)
+        if result.status is Status.NOT_JUDGED or told_elsewhere(result):
+            return one_line_reason(message) or "not judged"
+        return message
+
+    def visibility_note(self, result: CheckResult) -> str:
+        visibility = self.rubric.visibility_of(result.check_id)
+        return VISIBILITY_NOTES.get(visibility, "" if visibility == "visible" else visibility)
+
+
+def _points(result: CheckResult) -> str:
+    return f"{points_str(result.points)} / {points_str(result.max_points)}"
+
+
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+# --------------------------------------------------------------------------- HTML
+
+_CSS = """
+body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; color: #111;
+       max-width: 52rem; margin: 2rem auto; padding: 0 1rem; }
+h1 { font-size: 1.5rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; margin-top: 2rem; }
+h3 { font-size: 1rem; margin-bottom: .3rem; }
+.score { font-size: 1.3rem; font-weight: 600; }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; padding: .25rem .5rem; border-bottom: 1px solid #ddd; }
+td.points { text-align: right; white-space: nowrap; }
+.verdict { font-weight: 600; }
+.passed::before { content: "✓ "; } .broken::before, .failed::before { content: "✗ "; }
+.error::before, .timeout::before, .not-judged::before, .not-fully-judged::before
+  { content: "? "; }
+pre { background: #f4f4f4; padding: .6rem; white-space: pre-wrap; overflow-wrap: anywhere; }
+figure { margin: 1rem 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
+figcaption, .note { color: #555; font-size: .9rem; }
+"""
+
+
+def _css_class(verdict: str) -> str:
+    return verdict.replace(" ", "-")
+
+
+def feedback_html(report: SubmissionReport, rubric: Rubric | None = None, *,
+                  draw: bool = True) -> str:
+    """The self-contained HTML feedback page for ``report``."""
+    page = _Page(report, rubric or DEFAULT_RUBRIC, draw=draw)
+    e = html.escape
+    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+           f"<title>Feedback: {e(page.name)}</title>", f"<style>{_CSS}</style>", "</head>",
+           "<body>", f"<h1>Feedback on <code>{e(page.name)}</code></h1>"]
+    if report.gradable:
+        out.append(f'<p class="score" data-score="{page.score}" '
+                   f'data-max-score="{page.max_score}">Score: {page.score} / {page.max_score}'
+                   "</p>")
+        out.append(f'<p class="note">Graded as a {e(report.style)} submission by moco-ref '
+                   f"{e(__version__)}, against the course's rubric.</p>")
+    else:
+        reason = one_line_reason(page.text(report.traceback)) or "the submission could not run"
+        out.append(f'<p class="score" data-score="0" data-max-score="{page.max_score}">'
+                   "Not gradable: score 0</p>")
+        out.append(f"<p>Your submission could not be graded: {e(reason)}</p>")
+        trace = page.text(report.traceback)
+        if trace and trace != reason:
+            out.append(f"<pre>{e(trace)}</pre>")
+    if report.inferred:
+        out.append(f"<p>Inferred from your code: {e(inferred_text(report.inferred))}.</p>")
+    for note in report.notes:
+        out.append(f'<p class="note">Note: {e(" ".join(page.text(note).split()))}</p>')
+    if page.notes_needed():
+        out.append(f'<p class="note" id="no-figures">{e(NO_FIGURES)}</p>')
+    families = page.families()
+    if families:
+        out += ["<h2>By invariant family</h2>", "<table>",
+                "<tr><th>family</th><th>verdict</th><th>points</th></tr>"]
+        for family, results in families:
+            verdict = page.family_verdict(results)
+            earned = sum(r.points for r in results)
+            maximum = sum(r.max_points for r in results)
+            title = e(_FAMILY_NAMES.get(family, family))
+            out.append(f'<tr><td><a href="#family-{e(family)}">{title}</a></td>'
+                       f'<td class="verdict {_css_class(verdict)}">{verdict}</td>'
+                       f'<td class="points">{points_str(earned)} / {points_str(maximum)}</td></tr>')
+        out.append("</table>")
+    for family, results in families:
+        verdict = page.family_verdict(results)
+        out.append(f'<section id="family-{e(family)}"><h2>{e(_FAMILY_NAMES.get(family, family))}'
+                   f' — <span class="verdict {_css_class(verdict)}">{verdict}</span></h2>')
+        for result in results:
+            status = _VERDICTS.get(result.status, result.status.value)
+            out.append(f'<article class="check" data-check="{e(result.check_id)}">'
+                       f'<h3><span class="verdict {_css_class(status)}">{status}</span> '
+                       f"{e(result.title)} <small>({e(result.check_id)}, "
+                       f"{_points(result)} points)</small></h3>")
+            note = page.visibility_note(result)
+            if note:
+                out.append(f'<p class="note">({e(note)})</p>')
+            message = page.message(result)
+            if result.status is not Status.PASSED and message:
+                out.append(f"<pre>{e(message)}</pre>")
+            for caption, png in page.figures_of(result):
+                out.append(f'<figure><img src="{_data_uri(png)}" alt="{e(caption)}">'
+                           f"<figcaption>{e(caption)}</figcaption></figure>")
+            out.append("</article>")
+        out.append("</section>")
+    out += _html_footer(page)
+    out += ["</body>", "</html>"]
+    return "\n".join(out) + "\n"
+
+
+def _html_footer(page: _Page) -> list[str]:
+    e = html.escape
+    out = []
+    if page.hidden:
+        out.append(f'<p class="note">{len(page.hidden)} check(s) the course keeps hidden are '
+                   "not shown; their points are in the score.</p>")
+    if page.not_applicable:
+        out.append(f'<p class="note">Not applicable to a {e(page.report.style)} submission '
+                   f"(not counted): {e(', '.join(page.not_applicable))}.</p>")
+    if page.rubric.show_submission_output:
+        for title, text in (("Your submission's output", page.report.stdout),
+                            ("Your submission's error output", page.report.stderr)):
+            text = page.text(text)
+            if text:
+                out += [f"<h2>{title}</h2>", f"<pre>{e(text)}</pre>"]
+    return out
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def _md(text: str) -> str:
+    return _md_escape(text)
+
+
+def _fenced(text: str) -> str:
+    return _fence(text)
+
+
+def feedback_markdown(report: SubmissionReport, rubric: Rubric | None = None, *,
+                      draw: bool = True) -> str:
+    """The feedback as Markdown (figures as inline ``data:`` images)."""
+    page = _Page(report, rubric or DEFAULT_RUBRIC, draw=draw)
+    out = [f"# Feedback on `{page.name}`", ""]
+    if report.gradable:
+        out += [f"**Score: {page.score} / {page.max_score}** (graded as a "
+                f"{_md(report.style)} submission by moco-ref {__version__})", ""]
+    else:
+        reason = one_line_reason(page.text(report.traceback)) or "the submission could not run"
+        out += ["**Not gradable: score 0**", "", f"Your submission could not be graded: "
+                f"{_md(reason)}", ""]
+    if report.inferred:
+        out += [f"Inferred from your code: {_md(inferred_text(report.inferred))}.", ""]
+    out += [f"Note: {_md(' '.join(page.text(note).split()))}" for note in report.notes]
+    if page.notes_needed():
+        out += ["", f"_{NO_FIGURES}_"]
+    families = page.families()
+    if families:
+        out += ["", "| family | verdict | points |", "|---|---|---|"]
+        for family, results in families:
+            earned = sum(r.points for r in results)
+            maximum = sum(r.max_points for r in results)
+            out.append(f"| {_md(_FAMILY_NAMES.get(family, family))} | "
+                       f"{page.family_verdict(results)} | "
+                       f"{points_str(earned)} / {points_str(maximum)} |")
+    for family, results in families:
+        out += ["", f"## {_md(_FAMILY_NAMES.get(family, family))} — "
+                    f"{page.family_verdict(results)}"]
+        for result in results:
+            status = _VERDICTS.get(result.status, result.status.value)
+            out += ["", f"### {status}: {_md(result.title)} "
+                        f"({_md(result.check_id)}, {_points(result)} points)"]
+            note = page.visibility_note(result)
+            if note:
+                out += ["", f"_({note})_"]
+            message = page.message(result)
+            if result.status is not Status.PASSED and message:
+                out += ["", _fenced(message)]
+            for caption, png in page.figures_of(result):
+                out += ["", f"![{_md(caption)}]({_data_uri(png)})", "", f"_{_md(caption)}_"]
+    if page.hidden:
+        out += ["", f"{len(page.hidden)} check(s) the course keeps hidden are not shown; "
+                    "their points are in the score."]
+    if page.not_applicable:
+        out += ["", f"Not applicable to a {_md(report.style)} submission (not counted): "
+                    f"{_md(', '.join(page.not_applicable))}."]
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- files
+
+
+def render_feedback(report: SubmissionReport, kind: str, rubric: Rubric | None = None) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"feedback is html or md, not {kind!r}")
+    return (feedback_html if kind == "html" else feedback_markdown)(report, rubric)
+
+
+def write_feedback(report: SubmissionReport, path, kind: str,
+                   rubric: Rubric | None = None) -> Path:
+    """Write the page to ``path`` (its folder is made) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_feedback(report, kind, rubric), encoding="utf-8")
+    return path
