@@ -86,3 +86,31 @@ def test_families_are_markers_and_junit_has_points(pytester, run_pytest):
     result.assert_outcomes(failed=1, passed=1, deselected=1)  # W1 and W2 are warmup checks
     xml = junit.read_text()
     assert 'name="points"' in xml and 'name="submission" value="student_moco.py"' in xml
+
+
+def test_under_xdist_the_implementation_is_graded_once(monkeypatch, tmp_path):
+    """Every xdist worker collects the same items: the first grades, the others read its
+    report (per test run)."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from moco_ref import grade as grading
+    from moco_ref.cli import pytest_plugin
+    from moco_ref.judge.results import SubmissionReport
+    from moco_ref.observe.options import GradeOptions
+
+    calls = []
+
+    def fake(target, options=None):
+        calls.append(target)
+        return SubmissionReport(target, "lab", gradable=True, notes=["graded"])
+
+    monkeypatch.setattr(grading, "grade_submission", fake)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    workers = [SimpleNamespace(workerinput={"workerid": f"gw{i}", "testrunuid": "run-1"})
+               for i in range(3)]
+    reports = [pytest_plugin._graded_once(w, "student.py", GradeOptions()) for w in workers]
+    assert calls == ["student.py"] and all(r.notes == ["graded"] for r in reports)
+    another_run = SimpleNamespace(workerinput={"workerid": "gw0", "testrunuid": "run-2"})
+    pytest_plugin._graded_once(another_run, "student.py", GradeOptions())
+    assert len(calls) == 2
