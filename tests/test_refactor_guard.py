@@ -20,7 +20,7 @@ PAIR = Path(__file__).resolve().parent / "refactor_pair"
 @pytest.fixture(scope="module")
 def recorded():
     out = {}
-    for name in ("lab_concat", "lab_ring"):
+    for name in ("lab_concat", "lab_ring", "lab_paper_lerp", "lab_mask_dropped_when_full"):
         observations = observe(load_namespace(PAIR / f"{name}.py"), "lab", GradeOptions())
         out[name] = refactor_guard.trajectory_from_observations(observations, "lab", name)
     return out
@@ -65,11 +65,13 @@ def test_compare_command_exit_codes(recorded, tmp_path, capsys):
     refactor_guard.save(recorded["lab_concat"], a)
     refactor_guard.save(recorded["lab_ring"], b)
     assert main(["compare", str(a), str(b)]) == 0
-    assert "identical within tolerance" in capsys.readouterr().out
+    assert "identical: bitwise" in capsys.readouterr().out
     changed = json.loads(b.read_text())
     changed["final"]["queue_ids"][0] += 1
     b.write_text(json.dumps(changed))
     assert main(["compare", str(a), str(b)]) == 1
+    assert "behaviour change at the end of training in queue_ids" in capsys.readouterr().out
+    assert main(["compare", str(a), str(b), "--bitwise"]) == 1
     assert "first divergence at the end of training: queue_ids" in capsys.readouterr().out
     b.write_text("{}")
     assert main(["compare", str(a), str(b)]) == 2
@@ -80,3 +82,29 @@ def test_record_command_runs_the_submission_in_the_sandbox(tmp_path, recorded, c
     assert main(["record", str(PAIR / "lab_concat.py"), "--out", str(out)]) == 0
     assert "steps) to" in capsys.readouterr().out
     assert refactor_guard.compare(recorded["lab_concat"], refactor_guard.load(out)) is None
+
+
+def test_a_rounding_only_refactor_is_equivalent_up_to_rounding(recorded, tmp_path, capsys):
+    """Storage, step order (paper) and the EMA's written form (lerp_) changed: the runs part
+    by float rounding from step 0, yet every step follows the same MoCo transition."""
+    a, b = recorded["lab_concat"], recorded["lab_paper_lerp"]
+    assert refactor_guard.compare(a, b) is not None  # not bitwise the same
+    verdict = refactor_guard.classify(a, b)
+    assert verdict.kind == "rounding" and len(verdict.growth) == len(a["steps"])
+    assert max(verdict.growth) < 1e-2
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, trajectory in zip(paths, (a, b)):
+        refactor_guard.save(trajectory, path)
+    assert main(["compare", *map(str, paths)]) == 0
+    assert "equivalent up to rounding" in capsys.readouterr().out
+    assert main(["compare", *map(str, paths), "--bitwise"]) == 1
+
+
+def test_a_one_line_behaviour_change_is_named_at_its_step(recorded):
+    """The mask dropped once the queue is full: a behaviour change in the loss at the first
+    step it shows (a full queue holding a same-source key), naming both laws."""
+    verdict = refactor_guard.classify(recorded["lab_concat"],
+                                      recorded["lab_mask_dropped_when_full"])
+    assert verdict.kind == "behaviour"
+    assert verdict.where.startswith("step 5 ") and "in the loss" in verdict.where
+    assert "A: the reference loss; B: no same-source mask" in verdict.detail

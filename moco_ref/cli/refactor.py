@@ -20,8 +20,12 @@ def add_parsers(subparsers) -> None:
         "compare", help="name the first step where two recorded trajectories differ")
     compare.add_argument("a", type=Path)
     compare.add_argument("b", type=Path)
-    compare.add_argument("--rtol", type=float, default=0.0, help="default: bitwise")
-    compare.add_argument("--atol", type=float, default=0.0)
+    compare.add_argument("--rtol", type=float, default=None,
+                         help="compare trajectories within this tolerance instead of judging "
+                              "each step's transition")
+    compare.add_argument("--atol", type=float, default=None)
+    compare.add_argument("--bitwise", action="store_true",
+                         help="any difference at all is a change (exit 1), rounding included")
     compare.set_defaults(run=run_compare)
 
 
@@ -60,12 +64,16 @@ def run_compare(args: argparse.Namespace) -> int:
 
     try:
         a, b = refactor_guard.load(args.a), refactor_guard.load(args.b)
-        divergence = refactor_guard.compare(a, b, rtol=args.rtol, atol=args.atol)
+        if args.rtol is None and args.atol is None and not args.bitwise:
+            verdict = refactor_guard.classify(a, b)
+            print(verdict)
+            return 1 if verdict.kind == "behaviour" else 0
+        rtol, atol = args.rtol or 0.0, args.atol or 0.0
+        divergence = refactor_guard.compare(a, b, rtol=rtol, atol=atol)
     except (ValueError, KeyError) as error:
         print(f"moco-ref compare: {error}", file=sys.stderr)
         return 2
-    tolerance = "bitwise" if args.rtol == args.atol == 0 else \
-        f"rtol {args.rtol:g}, atol {args.atol:g}"
+    tolerance = "bitwise" if rtol == atol == 0 else f"rtol {rtol:g}, atol {atol:g}"
     if divergence is None:
         print(f"identical within tolerance ({tolerance})")
         return 0

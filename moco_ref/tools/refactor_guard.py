@@ -59,8 +59,34 @@ def trajectory_from_observations(observations: dict, style: str, source: str = "
     final = {name: _plain(returned.get(name)) for name in ("queue", "queue_ids", "history",
                                                            "drift", "query_params",
                                                            "key_params")}
-    return {**head, "steps": steps, "final": final,
+    return {**head, "steps": steps, "final": final, "laws": _laws(observations, evidence),
             "warmup": _plain(observations.get("moco_warmup", {}).get("result"))}
+
+
+def _laws(observations: dict, evidence) -> dict:
+    """Which MoCo transition each step followed, judged from that run's own recorded state:
+    the loss form (``None``: no known form) and whether the key update obeyed the EMA law;
+    plus the run's hyperparameters and the checks it fails."""
+    from moco_ref.judge.judge import judge
+
+    results, inferred = judge(observations, "lab", GradeOptions(style="lab"))
+    per_step = [{"loss": None, "ema": "law"} for _ in evidence.steps]
+    try:
+        for t, step in enumerate(evidence.loss_diagnosis.steps):
+            per_step[t]["loss"] = None if step.form is None else step.form.describe()
+    except Exception:  # noqa: BLE001 - a loss the judge cannot read stays unknown
+        pass
+    try:
+        for update in evidence.ema.updates:
+            if not update.final and 0 <= update.step < len(per_step) and (
+                    update.moved_outside or update.skipped or not update.fits_law):
+                per_step[update.step]["ema"] = "off the EMA law"
+    except Exception:  # noqa: BLE001
+        pass
+    failed = sorted(r.check_id for r in results if r.status.value not in ("passed",
+                                                                           "not applicable"))
+    rules = {key: inferred.get(key) for key in ("m", "capacity", "batch_size")}
+    return {"steps": per_step, "rules": _plain(rules), "failed_checks": failed}
 
 
 def _reference_losses(evidence) -> list[float | None]:
@@ -78,6 +104,79 @@ def _reference_losses(evidence) -> list[float | None]:
         result = form_gradient(REFERENCE_FORM, step, temperature)
         out.append(None if result is None else result[0])
     return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How two runs relate: ``identical`` (bitwise), ``rounding`` (the same MoCo transition at
+    every step, the trajectories apart only by amplified float rounding) or ``behaviour`` (a
+    run leaves the law, or the two follow different laws, at ``where``)."""
+
+    kind: str
+    where: str = ""
+    detail: str = ""
+    growth: tuple[float, ...] = ()  # per step, the largest relative difference of k
+
+    def __str__(self) -> str:
+        if self.kind == "identical":
+            return "identical: bitwise the same trajectory"
+        if self.kind == "rounding":
+            shown = ", ".join(f"{g:.1e}" for g in self.growth[:3])
+            last = f" … {self.growth[-1]:.1e}" if len(self.growth) > 3 else ""
+            return (f"equivalent up to rounding: both follow the same MoCo transition at every "
+                    f"step ({self.detail}); the keys drift apart only by amplified float "
+                    f"rounding, largest relative difference per step {shown}{last}")
+        return f"behaviour change at {self.where}: {self.detail}"
+
+
+def classify(a: dict, b: dict) -> Verdict:
+    """``a`` against ``b``: identical, equivalent up to rounding, or a behaviour change at the
+    first step where one run leaves the law the other follows (or both, differently)."""
+    if compare(a, b) is None:
+        return Verdict("identical")
+    if "laws" not in a or "laws" not in b:
+        divergence = compare(a, b)
+        return Verdict("behaviour", divergence.where, divergence.detail + " (these recordings "
+                       "carry no per-step laws: record them again to tell rounding apart)")
+    for t, (x, y) in enumerate(zip(a["steps"], b["steps"])):
+        if x["ids"] != y["ids"]:  # integers: no rounding explains a different batch
+            return Verdict("behaviour", f"step {t} (epoch {x['epoch']}) in the batch's ids",
+                           f"A {_brief(x['ids'])}, B {_brief(y['ids'])}")
+    if a["final"]["queue_ids"] != b["final"]["queue_ids"]:
+        return Verdict("behaviour", "the end of training in queue_ids",
+                       _numeric_difference(a["final"]["queue_ids"], b["final"]["queue_ids"],
+                                           0.0, 0.0) or "they differ")
+    la, lb = a["laws"], b["laws"]
+    for t, (x, y) in enumerate(zip(la["steps"], lb["steps"])):
+        epoch = a["steps"][t]["epoch"] if t < len(a["steps"]) else "?"
+        for quantity, what in (("loss", "the loss"), ("ema", "the key encoder's update")):
+            if x[quantity] != y[quantity] or x[quantity] is None:
+                shown = {key: ("no known form" if value is None else value)
+                         for key, value in (("A", x[quantity]), ("B", y[quantity]))}
+                return Verdict("behaviour", f"step {t} (epoch {epoch}) in {what}",
+                               f"A: {shown['A']}; B: {shown['B']}")
+    if len(la["steps"]) != len(lb["steps"]):
+        return Verdict("behaviour", f"step {min(len(la['steps']), len(lb['steps']))}",
+                       f"A has {len(la['steps'])} steps, B has {len(lb['steps'])}")
+    for key, value in la["rules"].items():
+        other = lb["rules"].get(key)
+        if value != other and not (isinstance(value, float) and isinstance(other, float)
+                                   and abs(value - other) <= 1e-3 * max(abs(value), 1e-9)):
+            return Verdict("behaviour", f"the run's {key.replace('_', ' ')}",
+                           f"A: {value}; B: {other}")
+    if la["failed_checks"] != lb["failed_checks"]:
+        only = sorted(set(la["failed_checks"]) ^ set(lb["failed_checks"]))
+        return Verdict("behaviour", "the grader's verdict", f"only one run fails {only}")
+    growth = tuple(_relative_gap(x["k"], y["k"]) for x, y in zip(a["steps"], b["steps"]))
+    law = "; ".join(sorted({s["loss"] for s in la["steps"] if s["loss"]})) or "the reference"
+    return Verdict("rounding", detail=law, growth=growth)
+
+
+def _relative_gap(x, y) -> float:
+    a, b = torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    return float(((a - b).abs() / b.abs().clamp_min(1e-12)).max()) if a.numel() else 0.0
 
 
 @dataclass(frozen=True)
