@@ -108,3 +108,16 @@ def test_a_one_line_behaviour_change_is_named_at_its_step(recorded):
     assert verdict.kind == "behaviour"
     assert verdict.where.startswith("step 5 ") and "in the loss" in verdict.where
     assert "A: the reference loss; B: no same-source mask" in verdict.detail
+
+
+def test_compare_plot_draws_the_divergence(recorded, tmp_path, capsys):
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, name in zip(paths, ("lab_concat", "lab_mask_dropped_when_full")):
+        refactor_guard.save(recorded[name], path)
+    figure = tmp_path / "divergence.png"
+    assert main(["compare", *map(str, paths), "--plot", str(figure)]) == 1
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figure.stat().st_size > 5000
+    from moco_ref.tools.divergence_figure import step_gaps
+
+    gaps = step_gaps(recorded["lab_concat"], recorded["lab_mask_dropped_when_full"])
+    assert gaps["grad"][0] == 0.0 and gaps["grad"][5] > 1e-3  # equal until the change

@@ -24,6 +24,9 @@ def add_parsers(subparsers) -> None:
                          help="compare trajectories within this tolerance instead of judging "
                               "each step's transition")
     compare.add_argument("--atol", type=float, default=None)
+    compare.add_argument("--plot", type=Path, default=None, metavar="PNG",
+                         help="draw the per-step relative difference of each quantity, the "
+                              "float32 rounding band and the first behaviour change")
     compare.add_argument("--bitwise", action="store_true",
                          help="any difference at all is a change (exit 1), rounding included")
     compare.set_defaults(run=run_compare)
@@ -64,8 +67,13 @@ def run_compare(args: argparse.Namespace) -> int:
 
     try:
         a, b = refactor_guard.load(args.a), refactor_guard.load(args.b)
+        verdict = refactor_guard.classify(a, b) if "steps" in a and "steps" in b else None
+        if args.plot is not None and verdict is not None:
+            from moco_ref.tools.divergence_figure import save_divergence_figure
+
+            print(f"figure written to {save_divergence_figure(a, b, verdict, args.plot)}")
         if args.rtol is None and args.atol is None and not args.bitwise:
-            verdict = refactor_guard.classify(a, b)
+            verdict = verdict or refactor_guard.classify(a, b)
             print(verdict)
             return 1 if verdict.kind == "behaviour" else 0
         rtol, atol = args.rtol or 0.0, args.atol or 0.0
