@@ -66,7 +66,7 @@ def test_compare_command_exit_codes(recorded, tmp_path, capsys):
     refactor_guard.save(recorded["lab_ring"], b)
     assert main(["compare", str(a), str(b)]) == 0
     assert "identical: bitwise" in capsys.readouterr().out
-    changed = json.loads(b.read_text())
+    changed = refactor_guard.load(b)  # gzip-compressed JSON
     changed["final"]["queue_ids"][0] += 1
     b.write_text(json.dumps(changed))
     assert main(["compare", str(a), str(b)]) == 1
@@ -121,3 +121,14 @@ def test_compare_plot_draws_the_divergence(recorded, tmp_path, capsys):
 
     gaps = step_gaps(recorded["lab_concat"], recorded["lab_mask_dropped_when_full"])
     assert gaps["grad"][0] == 0.0 and gaps["grad"][5] > 1e-3  # equal until the change
+
+
+def test_a_saved_trajectory_is_small_and_exact(recorded, tmp_path):
+    path = tmp_path / "run.json"
+    refactor_guard.save(recorded["lab_concat"], path)
+    plain = len(json.dumps(recorded["lab_concat"]).encode())
+    assert path.stat().st_size < plain / 2  # compressed
+    assert refactor_guard.compare(refactor_guard.load(path), recorded["lab_concat"]) is None
+    old_style = tmp_path / "old.json"
+    old_style.write_text(json.dumps(recorded["lab_concat"]))  # plain JSON still loads
+    assert refactor_guard.load(old_style)["steps"] == recorded["lab_concat"]["steps"]

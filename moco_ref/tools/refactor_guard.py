@@ -11,6 +11,7 @@ differs beyond the tolerance (bitwise by default).
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,13 +264,19 @@ def _compare_tree(a, b, path: str, rtol: float, atol: float) -> Divergence | Non
 
 
 def save(trajectory: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(trajectory, allow_nan=True))
+    """The trajectory as gzip-compressed JSON (exact: every float keeps its repr)."""
+    data = json.dumps(trajectory, allow_nan=True, separators=(",", ":")).encode()
+    Path(path).write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
 
 
 def load(path: str | Path) -> dict:
+    """A trajectory ``save`` wrote, or one written as plain JSON."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError) as error:
+        data = Path(path).read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        return json.loads(data)
+    except (OSError, ValueError, EOFError) as error:
         raise ValueError(f"cannot read trajectory {path}: {error}") from None
 
 
