@@ -185,17 +185,8 @@ def _options_from(args: argparse.Namespace) -> GradeOptions:
         memory_mb=args.memory_mb,
         check_timeout=args.check_timeout or None,
         allow_reference_import=args.allow_reference_import,
-        rubric=_rubric_pairs(getattr(args, "rubric", None)),
+        rubric=_rubric_of(args).to_pairs() if getattr(args, "rubric", None) else (),
     )
-
-
-def _rubric_pairs(path: str | None) -> tuple:
-    """The rubric file as ``GradeOptions.rubric`` pairs; ``RubricError`` when unusable."""
-    if not path:
-        return ()
-    from moco_ref.judge.rubric import load_rubric
-
-    return load_rubric(path).to_pairs()
 
 
 def _apply_isolation(args: argparse.Namespace) -> None:
@@ -363,10 +354,15 @@ def _write_feedback_pages(args: argparse.Namespace, reports, rubric, *, quiet: b
 
 
 def _rubric_of(args: argparse.Namespace):
-    """The course's rubric (already validated with the options), or the default."""
+    """The course's rubric, read once per command (``RubricError`` when unusable), or the
+    default."""
     from moco_ref.judge.rubric import DEFAULT_RUBRIC, load_rubric
 
-    return load_rubric(args.rubric) if getattr(args, "rubric", None) else DEFAULT_RUBRIC
+    if not getattr(args, "rubric", None):
+        return DEFAULT_RUBRIC
+    if getattr(args, "loaded_rubric", None) is None:
+        args.loaded_rubric = load_rubric(args.rubric)
+    return args.loaded_rubric
 
 
 def _run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:

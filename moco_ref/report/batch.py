@@ -391,17 +391,22 @@ def summary_stem(shard: tuple[int, int] | None) -> str:
     return "summary" if shard is None else f"summary-{shard[0]}-of-{shard[1]}"
 
 
-def write_summary(out: Path, result: BatchResult, options: GradeOptions, *,
-                  shard: tuple[int, int] | None, jobs: int, isolation: str) -> None:
-    rows = summary_rows(result.outcomes)
-    stem = summary_stem(shard)
+def summary_csv(rows: list[dict]) -> str:
+    """``summary.csv``: one row per submission, its failed checks joined by ``;``."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=SUMMARY_FIELDS, lineterminator="\n",
                             extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({**row, "failed_checks": ";".join(row["failed_checks"])})
-    _write_atomic(out / f"{stem}.csv", buffer.getvalue())
+        writer.writerow({**row, "failed_checks": ";".join(row.get("failed_checks", []))})
+    return buffer.getvalue()
+
+
+def write_summary(out: Path, result: BatchResult, options: GradeOptions, *,
+                  shard: tuple[int, int] | None, jobs: int, isolation: str) -> None:
+    rows = summary_rows(result.outcomes)
+    stem = summary_stem(shard)
+    _write_atomic(out / f"{stem}.csv", summary_csv(rows))
     _write_atomic(out / f"{stem.replace('summary', 'grades')}.csv", gradebook_csv(rows))
     _write_atomic(out / f"{stem}.json", _dumps({
         "format": "moco-ref-batch/1",
@@ -423,13 +428,7 @@ def write_merged(out: Path, summary: dict) -> None:
     """A merged summary (``gradebook.merge``) as summary.json, summary.csv and grades.csv."""
     out.mkdir(parents=True, exist_ok=True)
     rows = summary["submissions"]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=SUMMARY_FIELDS, lineterminator="\n",
-                            extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({**row, "failed_checks": ";".join(row.get("failed_checks", []))})
-    _write_atomic(out / "summary.csv", buffer.getvalue())
+    _write_atomic(out / "summary.csv", summary_csv(rows))
     _write_atomic(out / "summary.json", _dumps(summary))
     _write_atomic(out / "grades.csv", gradebook_csv(rows))
 

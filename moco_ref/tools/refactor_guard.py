@@ -133,10 +133,10 @@ class Verdict:
 def classify(a: dict, b: dict) -> Verdict:
     """``a`` against ``b``: identical, equivalent up to rounding, or a behaviour change at the
     first step where one run leaves the law the other follows (or both, differently)."""
-    if compare(a, b) is None:
+    divergence = compare(a, b)
+    if divergence is None:
         return Verdict("identical")
     if "laws" not in a or "laws" not in b:
-        divergence = compare(a, b)
         return Verdict("behaviour", divergence.where, divergence.detail + " (these recordings "
                        "carry no per-step laws: record them again to tell rounding apart)")
     for t, (x, y) in enumerate(zip(a["steps"], b["steps"])):

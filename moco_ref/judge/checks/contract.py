@@ -23,6 +23,7 @@ from moco_ref.judge.builder_evidence import BuilderEvidence
 from moco_ref.judge.checks.common import builder_where
 from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence, describe_value
 from moco_ref.judge.registry import check
+from moco_ref.observe.builder_probe import NO_MLP_OPTION
 
 RETURN_NAMES = ("query", "key", "queue", "queue_ids", "history", "trace", "drift")
 
@@ -380,7 +381,7 @@ def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
     ``mlp=False``), makes θk a copy of that θq, and trains like ``mlp=False``."""
     plain = ev.module
     ev.require_run()  # the plain run's own failure is every check's error, not this one's
-    if (ev.record.get("mlp") or {}).get("stage") == "no mlp option":
+    if (ev.record.get("mlp") or {}).get("stage") == NO_MLP_OPTION:
         fail("the module has no MoCo v2 head option: MoCo(...) takes no mlp parameter",
              expected="MoCo(base_encoder, dim, K, m, T, mlp=False); mlp=True puts Linear → ReLU "
                       "before each encoder's fc",
