@@ -29,7 +29,8 @@ from moco_ref.judge.invariants.logits import BUILDER_FORM
 from moco_ref.judge.registry import all_checks
 from moco_ref.judge.results import Status
 from moco_ref.observe.builder_env import cuda_on_cpu, one_process_group
-from moco_ref.observe.builder_probe import BuilderProbe, observe_builder
+from moco_ref.observe.builder_observer import observe_builder
+from moco_ref.observe.builder_probe import BuilderProbe
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.styles import detect_style
 from tests.conformance_support import SUBMISSIONS, explain, grade, load_namespace, round_trip
@@ -59,9 +60,9 @@ def test_reference_module_gets_full_marks():
 
 
 def test_builder_points_and_not_applicable_reasons():
-    """16 checks, 23 points; masking and the lab-only checks say why they do not apply."""
-    assert len(BUILDER_IDS) == 16
-    assert sum(spec.points for spec in all_checks("builder")) == 23
+    """18 checks, 25 points; masking and the lab-only checks say why they do not apply."""
+    assert len(BUILDER_IDS) == 18
+    assert sum(spec.points for spec in all_checks("builder")) == 25
     results, _ = grade({"MoCo": moco_ref.MoCo}, "builder")
     by_id = {r.check_id: r for r in results}
     assert by_id["I4-same-source-masked"].status is Status.NOT_APPLICABLE
@@ -140,11 +141,13 @@ def _official_class():
 def test_a_shift_register_queue_is_a_valid_fifo():
     """Another storage: the buffer shifted left and the keys appended (queue_ptr stays 0, so
     reading from it is oldest first). Full marks."""
-    official = _official_class()
+    namespace = _official_namespace()
+    gather = namespace["gather_from_all_ranks"]
 
-    class Shifting(official):
+    class Shifting(namespace["MoCo"]):
         @torch.no_grad()
         def _dequeue_and_enqueue(self, keys):
+            keys = gather(keys)  # [world · B, dim] (the two-process run sees a missing gather)
             self.queue = torch.cat([self.queue[:, len(keys):], keys.T], dim=1)
 
     results, _ = grade({"MoCo": Shifting}, "builder")

@@ -180,7 +180,8 @@ def test_a_raising_submission_is_an_error_of_the_checks_that_need_it():
     results, _ = grade(namespace, "lab")
     by_family = {}
     for r in results:
-        by_family.setdefault(r.family, set()).add(r.status)
+        if r.status is not Status.NOT_APPLICABLE:  # e.g. the builder's across-ranks check
+            by_family.setdefault(r.family, set()).add(r.status)
     assert by_family["I3"] == {Status.NOT_JUDGED} and by_family["I5"] == {Status.PASSED}
     errors = [r for r in results if r.status is Status.ERROR]
     assert len(errors) == 1 and "shapes do not match" in errors[0].message  # told once

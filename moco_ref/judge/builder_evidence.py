@@ -36,6 +36,7 @@ from moco_ref.judge.invariants import (
     initial_labels,
     trace_columns,
 )
+from moco_ref.judge.ranks_evidence import RanksEvidence
 from moco_ref.observe import record_schema as schema
 from moco_ref.observe.builder_probe import BuilderProbe
 from moco_ref.observe.options import GradeOptions
@@ -112,6 +113,11 @@ class BuilderEvidence:
             lines = [line for line in text.splitlines() if line.strip()]
             return lines[-1].strip()[:200] if lines else "an error"
         return None
+
+    @cached_property
+    def ranks(self) -> RanksEvidence:
+        """The two-process run (its ``runs`` raise when it was not made or a rank raised)."""
+        return RanksEvidence(self.record, self.probe)
 
     # ----------------------------------------------------------------- runs
 

@@ -454,8 +454,15 @@ def _component_outputs(kind: str, data, options: GradeOptions) -> None:
 
 def _builder(data, options: GradeOptions) -> None:
     _entries(data, schema.BuilderRecord, "the builder record")
-    for name in ("run", "mlp", "ragged"):
-        run = data.get(name)
+    runs = [(name, data.get(name)) for name in ("run", "mlp", "ragged")]
+    ranks = data.get("ranks")
+    if ranks is not None:
+        _entries(ranks, schema.BuilderRanks, "the two-process run")
+        _need(isinstance(ranks.get("runs"), list) and len(ranks["runs"]) <= 2,
+              "the two-process run's runs are not a list of at most 2")
+        _text_or_none(ranks.get("error"), "the two-process run's error")
+        runs += [(f"rank {r}", run) for r, run in enumerate(ranks["runs"])]
+    for name, run in runs:
         if run is None:
             continue
         _entries(run, schema.BuilderRun, f"the {name} run")

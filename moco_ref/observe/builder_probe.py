@@ -27,19 +27,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from moco_ref.observe.builder_env import cuda_on_cpu, one_process_group
 from moco_ref.observe.lab_probe import flat_parameters, parameter_layout
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.record_schema import (
     BuilderForward,
     BuilderModule,
-    BuilderRecord,
     BuilderRun,
     BuilderState,
     BuilderStep,
     EncoderParameters,
 )
-from moco_ref.observe.threads import one_thread
 from moco_ref.observe.tracebacks import submission_error_text
 
 IMAGE_SHAPE = (3, 8, 8)
@@ -68,6 +65,12 @@ class BuilderProbe:
     # may refuse it loudly (the official asserts K % batch == 0), never drop keys silently
     ragged_K: int = 20
     ragged_steps: int = 5
+    # a two-process run: each rank trains on its own ranks_batch images of one world batch;
+    # ranks_K is a multiple of the world batch and ranks_steps · world batch > ranks_K
+    ranks: int = 2
+    ranks_batch: int = 4
+    ranks_K: int = 24
+    ranks_steps: int = 4
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -324,7 +327,7 @@ def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> Builde
     for t in range(probe.steps):
         run["stage"] = f"step {t}"
         try:
-            run["steps"].append(_train_step(model, optimizer, recorder, probe, t))
+            run["steps"].append(train_step(model, optimizer, recorder, *probe_images(probe, t)))
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -334,13 +337,16 @@ def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> Builde
     return run
 
 
-def _train_step(model, optimizer, recorder: BuilderRecorder, probe: BuilderProbe,
-                t: int) -> BuilderStep:
-    im_q, im_k = probe_images(probe, t)
+def train_step(model, optimizer, recorder: BuilderRecorder, im_q: torch.Tensor,
+               im_k: torch.Tensor, *, call=None, traced=None,
+               after_backward=None) -> BuilderStep:
+    """One step of the official loop on ``model``; ``call`` is what is called (the module, or
+    its ``DistributedDataParallel`` wrapper) and ``traced`` the images rows are traced to (this
+    batch, or the world batch whose shard it is)."""
     step: BuilderStep = {"before": state_of(model)}
-    recorder.begin_step(im_q, im_k)
+    recorder.begin_step(*(traced or (im_q, im_k)))
     try:
-        output = model(im_q, im_k)
+        output = (call or model)(im_q, im_k)
     finally:
         step["events"] = recorder.end_step()
     step["returned"] = _describe(output)
@@ -359,25 +365,8 @@ def _train_step(model, optimizer, recorder: BuilderRecorder, probe: BuilderProbe
     step["key_grads"] = [p.grad is not None for p in encoder_k.parameters()] if isinstance(
         encoder_k, nn.Module) else []
     step["loss"] = float(loss.detach())
+    if after_backward is not None:
+        after_backward()
     optimizer.step()
     step["after_step"] = parameters_of(model)
     return step
-
-
-def observe_builder(namespace: dict, options: GradeOptions,
-                    probe: BuilderProbe | None = None) -> BuilderRecord:
-    """Build and train the submission's ``MoCo`` under the probe (plain-data record)."""
-    probe = probe or default_builder_probe(options)
-    moco_class = namespace.get("MoCo")
-    record: BuilderRecord = {"probe": probe.to_dict(), "defined": isinstance(moco_class, type)}
-    if not record["defined"]:
-        record["error"] = "MoCo is not defined (a builder submission defines a class MoCo)"
-        return record
-    record["error"] = None
-    with one_thread(), torch.random.fork_rng(devices=[]), cuda_on_cpu() as mapped, \
-            one_process_group() as group:
-        record["environment"] = {"process_group": group, "cuda_on_cpu": mapped}
-        record["run"] = run_builder(moco_class, probe)
-        record["mlp"] = run_builder(moco_class, replace(probe, steps=probe.mlp_steps), mlp=True)
-        record["ragged"] = run_builder(moco_class, ragged_probe(probe))
-    return record

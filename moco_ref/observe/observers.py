@@ -17,7 +17,7 @@ import time
 import torch
 from torch import nn
 
-from moco_ref.observe.builder_probe import observe_builder  # noqa: F401 - by name: ObservedStyle.observer
+from moco_ref.observe.builder_observer import observe_builder  # noqa: F401 - by name: ObservedStyle.observer
 from moco_ref.observe.lab_probe import (
     PROJECTION_DIM,
     ProbeRecorder,

@@ -228,6 +228,12 @@ class BuilderRun(TypedDict, total=False):
     initial: BuilderState
 
 
+class BuilderRanks(TypedDict, total=False):
+    world: int
+    runs: list[BuilderRun]  # by rank; its steps' forwards traced to world-batch rows
+    error: str | None  # why a rank's run is missing (it then is not judged)
+
+
 class BuilderRecord(ObservedRecord, total=False):
     probe: dict
     defined: bool
@@ -236,3 +242,4 @@ class BuilderRecord(ObservedRecord, total=False):
     run: BuilderRun
     mlp: BuilderRun
     ragged: BuilderRun  # K not a multiple of the batch
+    ranks: BuilderRanks  # the two-process run

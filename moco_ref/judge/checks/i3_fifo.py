@@ -6,6 +6,7 @@ import torch
 
 from moco_ref.judge.assertions import (
     NotExercised,
+    NotRequired,
     SubmissionError,
     at_step,
     fail,
@@ -329,3 +330,82 @@ def i3_ids_move_with_keys_components(ev: ComponentsEvidence) -> str | None:
                 where=case_where(number, case, e), expected=f"ids {fmt_ids(expected)}",
                 got=f"ids {fmt_ids(observed)}")
     return None
+
+
+KEYS_OF_ALL_RANKS = check(
+    "I3-keys-of-all-ranks",
+    "on several processes every rank's keys enter the queue, in rank order",
+    points=1,
+    contract=(
+        "Trained on several processes, each step enqueues the keys of the whole world batch — "
+        "rank 0's, then rank 1's (gathered in rank order) — and every rank holds the same "
+        "queue afterwards."
+    ),
+)
+
+
+def _expected_block(ev: BuilderEvidence, t: int) -> list[int | None]:
+    """The images whose keys rank 0 must write at step ``t``: each rank's positives, in rank
+    order (the keys its queries used, when their logits say so; else each own image)."""
+    ranks = ev.ranks
+    fit = ev.logits if ev.logits.all_match else None
+    block = []
+    for rank in range(ranks.world):
+        used = ranks.used_keys(t, rank, fit.form, fit.temperature) if fit else []
+        for i, image in enumerate(ranks.rows_of(rank)):
+            key = used[i] if i < len(used) else None
+            block.append(image if key is None else key.image)
+    return block
+
+
+def _who(ranks, images: list) -> str:
+    shown = [("no key" if image is None else ranks.describe(image)) for image in images[:6]]
+    return ", ".join(shown) + (f", … ({len(images)} columns)" if len(images) > 6 else "")
+
+
+@KEYS_OF_ALL_RANKS.judges('builder')
+def i3_keys_of_all_ranks_builder(ev: BuilderEvidence) -> str | None:
+    """In the two-process run (gloo, the module kept in step as ``DistributedDataParallel``
+    does), rank 0's buffer receives at every step the entries of rank 0's images and then
+    those of rank 1's, from its pointer on, and after every forward both ranks' buffers are
+    equal. A module that exchanges nothing across ranks (a single-process module) is not
+    judged."""
+    ev.steps  # noqa: B018 - a one-process crash is told first
+    ranks = ev.ranks
+    B = ranks.probe.batch
+    steps = range(ranks.steps)
+    written = [ranks.written(t, 0) for t in steps]
+    own = all(image in ranks.rows_of(0) for _, images in written for image in images)
+    if own and not ranks.shuffled_across_ranks():
+        raise NotRequired("does not apply: no data crossed the ranks (a single-process module: "
+                          "each process keeps a queue of its own keys)")
+    for t in steps:
+        columns, images = written[t]
+        expected = _expected_block(ev, t)
+        if images == expected:
+            continue
+        where = f"at step {t} of the two-process run ({ranks.world} × {B} images)"
+        if own and len(images) == B:
+            fail("keys are not gathered across ranks before the enqueue: each rank enqueues "
+                 "only its own keys", where=where,
+                 expected=f"{ranks.world * B} keys enqueued on rank 0 (rank 0's, then rank 1's)",
+                 got=f"{len(images)}: {_who(ranks, images)}")
+        by_rank = [-1 if image is None else image // B for image in images]
+        swapped = len(images) == len(expected) and by_rank == sorted(by_rank, reverse=True) \
+            and by_rank != sorted(by_rank)
+        fail("the keys are gathered out of rank order" if swapped
+             else "rank 0's queue did not receive the world batch's keys in rank order",
+             where=f"{where}, buffer columns {fmt_ids(columns)}",
+             expected=f"{len(expected)} keys: {_who(ranks, expected)}",
+             got=f"{len(images)}: {_who(ranks, images)}")
+    for t in steps:
+        queues = [ranks.rank_step(t, r).queue_after for r in range(ranks.world)]
+        for r in range(1, ranks.world):
+            differ = (queues[r] - queues[0]).abs().amax(dim=1) > 1e-6
+            if bool(differ.any()):
+                fail("the ranks' queues diverged: the ranks enqueued different keys",
+                     where=f"after step {t} of the two-process run",
+                     expected="the same buffer on every rank",
+                     got=f"rank {r}'s differs from rank 0's in columns "
+                         f"{fmt_ids(differ.nonzero().flatten())}")
+    return f"{ranks.world} processes: {ranks.world * B} keys per step, in rank order"

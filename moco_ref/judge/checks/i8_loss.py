@@ -9,6 +9,7 @@ import torch
 
 from moco_ref.core.contrastive import contrastive_logits, info_nce_loss, positive_labels
 from moco_ref.judge.assertions import (
+    NotJudged,
     at_step,
     fail,
     fmt_ids,
@@ -375,3 +376,52 @@ def i8_key_from_other_view_lab(ev: LabEvidence) -> str | None:
                  expected="the key encoder's input from a second call views(x[ids])",
                  got=f"both encoders' inputs from {source}")
     return None
+
+
+POSITIVE_ACROSS_RANKS = check(
+    "I8-positive-across-ranks",
+    "on several processes each query's positive is its own image's key",
+    points=1,
+    contract=(
+        "Trained on several processes with shuffle-BN, every query's positive logit uses the "
+        "key of its own image, whichever rank's key encoder computed it: all ranks shuffle "
+        "with one permutation (rank 0's, broadcast) and the unshuffle undoes it."
+    ),
+)
+
+
+@POSITIVE_ACROSS_RANKS.judges('builder')
+def i8_positive_across_ranks_builder(ev: BuilderEvidence) -> str | None:
+    """In the two-process run, the positive logit each rank returns for its query i is, in the
+    form the one-process run was fitted to, ``q_i·k_g / T`` with ``g`` the query's own image —
+    the grader traces every key-encoder row on every rank to its image and finds which key
+    explains each returned positive."""
+    fit = ev.logits  # a one-process crash is told first
+    ranks = ev.ranks
+    ranks.runs  # noqa: B018 - raises when the run is missing or a rank raised
+    if not fit.all_match:
+        raise NotJudged("I8-loss-matches-recomputation",
+                        "the one-process logits are in no known form, so a positive logit "
+                        "cannot be traced to its key")
+    for t in range(ranks.steps):
+        for rank in range(ranks.world):
+            used = ranks.used_keys(t, rank, fit.form, fit.temperature)
+            for i, (image, key) in enumerate(zip(ranks.rows_of(rank), used)):
+                if key is not None and key.image == image:
+                    continue
+                if not ranks.partitioned(t):
+                    misconception = ("the ranks shuffled with different permutations (rank 0's "
+                                     "permutation is not broadcast), so the unshuffle hands "
+                                     "queries the keys of other images")
+                else:
+                    misconception = "the shuffle is not undone: a query's positive is the key " \
+                                    "of another image"
+                fail(misconception,
+                     where=f"at step {t} of the two-process run, rank {rank}, query {i}",
+                     expected=f"the positive q·k of {ranks.describe(image)}",
+                     got=(f"q·k of {ranks.describe(key.image)} (computed on rank {key.rank})"
+                          if key is not None else "a positive that is q·k of no key computed "
+                                                  "at this step"))
+    how = ("keys computed on other ranks came back to their queries"
+           if ranks.shuffled_across_ranks() else "each rank computed its own keys")
+    return f"{ranks.world} processes, {ranks.steps} steps: {how}"

@@ -1,0 +1,225 @@
+"""From the ``builder`` record's two-process run to what the across-ranks checks judge.
+
+Each rank trained on its shard of one world batch (rank r: global rows ``r·B … (r+1)·B − 1``).
+Every key-encoder forward was traced to global rows, so for every step the judge knows each
+*candidate* key: the key encoder's output for image g, computed on whichever rank ran it
+(shuffle-BN sends images to other ranks). From there:
+
+- ``used_keys(t, r)``: which candidate each of rank r's queries took as its positive, found
+  from the returned positive logit under the form the one-process run was fitted to;
+- ``written(t, r)``: which candidate each buffer column rank r wrote at step t is a copy of.
+
+Nothing the module reports is trusted: every value is recomputed from recorded tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+import torch.nn.functional as F
+
+from moco_ref.judge.assertions import NotExercised, SubmissionCrashed, SubmissionError
+from moco_ref.judge.invariants.logits import StepLogits, expected_logits
+from moco_ref.judge.invariants.loss import LossForm
+from moco_ref.observe.builder_ranks import ranks_probe
+
+QUERY_VIEW, KEY_VIEW = 0, 1
+MATCH_TOLERANCE = 1e-4  # relative: a copy of a key, a positive logit explained
+PEER_ERRORS = ("Connection closed by peer", "Connection reset by peer", "DistBackendError",
+               "Gloo", "gloo")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One key-encoder output row of a step: image ``image`` (global row) computed on
+    ``rank``."""
+
+    image: int
+    rank: int
+    raw: torch.Tensor  # [dim] float64
+    normalized: torch.Tensor  # [dim]
+
+
+@dataclass
+class RankStep:
+    rank: int
+    index: int
+    q: torch.Tensor  # [B, dim] float64, own rows in order
+    logits: torch.Tensor  # [B, 1 + K]
+    queue_before: torch.Tensor  # [K, dim] one row per buffer column
+    queue_after: torch.Tensor  # [K, dim]
+    ptr_before: int | None
+
+
+def _pointer(value) -> int | None:
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        return int(value.reshape(-1)[0])
+    return None
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and float((a - b).abs().max()) <= MATCH_TOLERANCE * max(
+        1.0, float(b.abs().max()))
+
+
+class RanksEvidence:
+    """The two-process run of a ``builder`` module, as the across-ranks checks read it."""
+
+    def __init__(self, record: dict, probe) -> None:
+        self.probe = ranks_probe(probe)
+        self._record = record
+
+    @property
+    def world(self) -> int:
+        return self.probe.ranks
+
+    def rows_of(self, rank: int) -> range:
+        """The global rows of ``rank``'s shard of the world batch."""
+        return range(rank * self.probe.batch, (rank + 1) * self.probe.batch)
+
+    def describe(self, image: int) -> str:
+        rank, row = divmod(image, self.probe.batch)
+        return f"image {row} of rank {rank}"
+
+    # ----------------------------------------------------------------- runs
+
+    @cached_property
+    def runs(self) -> list[dict]:
+        """Both ranks' runs; raises when the two-process run was not made or a rank raised."""
+        ranks = self._record.get("ranks")
+        if not isinstance(ranks, dict):
+            group = self._record.get("environment", {}).get("process_group")
+            raise NotExercised(f"not exercised: the two-process run was not made (the "
+                               f"one-process group was {group!r})")
+        runs = ranks.get("runs") or []
+        failed = [(r, run) for r, run in enumerate(runs) if run.get("error")]
+        if failed:
+            own = [(r, run) for r, run in failed
+                   if not any(word in str(run["error"]) for word in PEER_ERRORS)]
+            rank, run = (own or failed)[0]
+            p = self.probe
+            raise SubmissionCrashed(
+                "ranks",
+                f"trained on {self.world} processes (gloo, {p.batch} images per rank, "
+                f"K = {p.K}), the module raised on rank {rank} at {run.get('stage')} although "
+                "it trains in one process",
+                str(run["error"]))
+        if ranks.get("error") or len(runs) != self.world:
+            raise SubmissionError(f"the two-process run is incomplete: {ranks.get('error')}")
+        return runs
+
+    @cached_property
+    def steps(self) -> int:
+        counts = {len(run.get("steps", [])) for run in self.runs}
+        if counts != {self.probe.steps}:
+            raise SubmissionError(f"the two-process run recorded {sorted(counts)} steps, "
+                                  f"not {self.probe.steps}")
+        return self.probe.steps
+
+    def _columns(self, queue) -> torch.Tensor:
+        p = self.probe
+        if not isinstance(queue, torch.Tensor) or not queue.is_floating_point():
+            raise SubmissionError("in the two-process run the module has no float queue buffer")
+        queue = queue.to(torch.float64)
+        if list(queue.shape) == [p.dim, p.K]:
+            return queue.T
+        if list(queue.shape) == [p.K, p.dim]:
+            return queue
+        raise SubmissionError(f"in the two-process run the queue has shape {list(queue.shape)}, "
+                              f"not [dim, K] = [{p.dim}, {p.K}]")
+
+    def rank_step(self, t: int, rank: int) -> RankStep:
+        record = self.runs[rank]["steps"][t]
+        rows = list(self.rows_of(rank))
+        for event in record["events"]:
+            if event["role"] == "q" and event["rows"].tolist() and bool(
+                    (event["views"] == QUERY_VIEW).all()) and sorted(
+                    event["rows"].tolist()) == rows:
+                q = torch.empty_like(event["output"], dtype=torch.float64)
+                q[event["rows"] - rows[0]] = event["output"].to(torch.float64)
+                break
+        else:
+            raise SubmissionError(f"at step {t} of the two-process run encoder_q of rank {rank} "
+                                  "did not run once on that rank's im_q")
+        return RankStep(rank, t, q, record["logits"].to(torch.float64),
+                        self._columns(record["before"].get("queue")),
+                        self._columns(record["after_forward"].get("queue")),
+                        _pointer(record["before"].get("queue_ptr")))
+
+    def candidates(self, t: int) -> list[Candidate]:
+        """Every key-encoder output row of step ``t`` on any rank, traced to its image."""
+        found = []
+        for rank, run in enumerate(self.runs):
+            for event in run["steps"][t]["events"]:
+                if event["role"] != "k":
+                    continue
+                output = event["output"].to(torch.float64)
+                for view, image, raw in zip(event["views"].tolist(), event["rows"].tolist(),
+                                            output):
+                    if view == KEY_VIEW and image >= 0:
+                        found.append(Candidate(image, rank, raw, F.normalize(raw, dim=0)))
+        return found
+
+    def shuffled_across_ranks(self) -> bool:
+        """Whether some rank's key encoder ran on another rank's images."""
+        return any(c.image not in self.rows_of(c.rank)
+                   for t in range(self.steps) for c in self.candidates(t))
+
+    def partitioned(self, t: int) -> bool:
+        """Whether the key encoders of all ranks together ran on each image exactly once."""
+        images = sorted(c.image for c in self.candidates(t))
+        return images == list(range(self.world * self.probe.batch))
+
+    # ----------------------------------------------------------------- positives
+
+    def used_keys(self, t: int, rank: int, form: LossForm, temperature: float
+                  ) -> list[Candidate | None]:
+        """For each query of ``rank`` at step ``t``: the candidate whose positive logit under
+        ``form`` is the one returned (None when none is)."""
+        step = self.rank_step(t, rank)
+        candidates = self.candidates(t)
+        if not candidates:
+            raise SubmissionError(f"at step {t} of the two-process run no key-encoder forward "
+                                  "ran on an image of the world batch")
+        keys = torch.stack([c.raw for c in candidates])  # [n, dim]
+        used = []
+        for i in range(len(step.q)):
+            queries = step.q[i].expand_as(keys)
+            expected = expected_logits(form, StepLogits(queries, keys, keys[:, :1],
+                                                        {"before": keys[:1], "after": keys[:1]}),
+                                       temperature)[:, 0]  # [n]
+            errors = (expected - step.logits[i, 0]).abs() / max(1.0, float(expected.abs().max()))
+            best = int(errors.argmin())
+            used.append(candidates[best] if float(errors[best]) <= MATCH_TOLERANCE else None)
+        return used
+
+    # ----------------------------------------------------------------- the queue
+
+    def written(self, t: int, rank: int) -> tuple[list[int], list[int]]:
+        """The buffer columns of ``rank`` that hold an entry of step ``t`` after its forward,
+        in reading order, and the image of each: a column is an entry of the step when it is
+        a copy of a vector computed at the step — a key or a query, normalized or raw (which
+        kind belongs in the queue is I2's business). The entries are read from the pointer
+        when it marks one of them, else from the start of their run of columns (a buffer
+        that shifts instead of overwriting puts them at one end)."""
+        step = self.rank_step(t, rank)
+        K = self.probe.K
+        vectors = [(c.image, v) for c in self.candidates(t) for v in (c.normalized, c.raw)]
+        for r in range(self.world):
+            query = self.rank_step(t, r).q
+            vectors += [(image, v) for image, row in zip(self.rows_of(r), query)
+                        for v in (F.normalize(row, dim=0), row)]
+        found = {}
+        for j in range(K):
+            image = next((image for image, v in vectors if _close(step.queue_after[j], v)),
+                         None)
+            if image is not None:
+                found[j] = image
+        if step.ptr_before is not None and step.ptr_before % K in found:
+            start = step.ptr_before % K
+        else:
+            start = min((j for j in found if (j - 1) % K not in found), default=0)
+        columns = sorted(found, key=lambda j: (j - start) % K)
+        return columns, [found[j] for j in columns]

@@ -1,0 +1,214 @@
+"""The ``builder`` probe's two-process run: runs INSIDE the submission's process (and one child
+of it) and records what an official-style module does when trained on two ranks.
+
+The submission's process forks once: the parent is rank 0, the child rank 1. Both join a gloo
+group (CPU, a ``file://`` rendezvous, loopback sockets), build the module with the same seed,
+keep it in step as the official script's ``DistributedDataParallel`` does (parameters and
+buffers from rank 0 at the start, buffers from rank 0 before every forward, gradients averaged
+after every backward: ``DataParallelStep``; DDP itself would import ``torch._dynamo``, 1.7 s),
+and train it on
+their own shard of one *world batch* of ``ranks · batch`` images (rank r takes rows
+``r·batch … (r+1)·batch − 1``). After the build each rank draws from its own random stream
+(as ranks do without a shared ``--seed``), so a shuffle that is not broadcast from rank 0
+differs between ranks.
+
+Every image of the world batch is registered with each rank's recorder under its *global* row,
+so a forward on rows gathered from the other rank is traced to their images. The child sends
+its run to the parent through a pipe (``torch.save`` of plain data); the parent keeps both.
+Nothing here judges.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import select
+import signal
+import tempfile
+import time
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from moco_ref.observe.builder_probe import (
+    BuilderProbe,
+    BuilderRecorder,
+    accepts_keyword,
+    describe_module,
+    probe_images,
+    state_of,
+    train_step,
+)
+from moco_ref.observe.record_schema import BuilderRanks, BuilderRun
+from moco_ref.observe.tracebacks import submission_error_text
+
+COLLECTIVE_TIMEOUT = timedelta(seconds=20)  # a rank stuck in a collective its peer left
+CHILD_GRACE_SECONDS = 5.0  # how long rank 0 waits for rank 1's record after its own run
+MAX_RECORD_BYTES = 64 * 2**20
+
+
+def ranks_probe(probe: BuilderProbe) -> BuilderProbe:
+    """The probe of one rank in the two-process run (``batch`` is the per-rank batch)."""
+    return replace(probe, K=probe.ranks_K, batch=probe.ranks_batch, steps=probe.ranks_steps)
+
+
+def world_images(probe: BuilderProbe, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both views of the world batch ``[ranks · batch, 3, 8, 8]`` of ``step``."""
+    return probe_images(replace(probe, batch=probe.ranks * probe.batch), step)
+
+
+class DataParallelStep:
+    """What ``DistributedDataParallel`` does to a module around one training step, in plain
+    collectives: rank 0's parameters and buffers at the start, rank 0's buffers before every
+    forward (``broadcast_buffers=True``, so a queue kept in a buffer is rank 0's), and the
+    gradients of the trained parameters averaged over the ranks after the backward."""
+
+    def __init__(self, model: torch.nn.Module, world: int) -> None:
+        self.model = model
+        self.world = world
+        with torch.no_grad():
+            for tensor in [*model.parameters(), *model.buffers()]:
+                dist.broadcast(tensor, src=0)
+
+    def __call__(self, im_q: torch.Tensor, im_k: torch.Tensor):
+        with torch.no_grad():
+            for buffer in self.model.buffers():
+                dist.broadcast(buffer, src=0)
+        return self.model(im_q, im_k)
+
+    def average_gradients(self) -> None:
+        for parameter in self.model.parameters():
+            if not parameter.requires_grad:
+                continue
+            if parameter.grad is None:  # every rank takes part in every all_reduce
+                parameter.grad = torch.zeros_like(parameter)
+            dist.all_reduce(parameter.grad)
+            parameter.grad.div_(self.world)
+
+
+def _rank_run(moco_class, probe: BuilderProbe, rank: int, folder: str) -> BuilderRun:
+    """Join the group as ``rank``, build, wrap in DDP and train; the run as plain data."""
+    run: BuilderRun = {"mlp": False, "error": None, "stage": "group", "steps": []}
+    recorder = BuilderRecorder(probe)
+    try:
+        dist.init_process_group("gloo", init_method=(Path(folder) / "rendezvous").as_uri(),
+                                rank=rank, world_size=probe.ranks, timeout=COLLECTIVE_TIMEOUT)
+        run["stage"] = "construct"
+        options = {"dim": probe.dim, "K": probe.K, "m": probe.m, "T": probe.T}
+        if accepts_keyword(moco_class, "mlp"):
+            options["mlp"] = False
+        torch.manual_seed(probe.seed)
+        model = moco_class(recorder.base_encoder, **options)
+        recorder.model = model
+        run["module"] = describe_module(model, recorder)
+        run["initial"] = state_of(model)
+        run["stage"] = "the first broadcast of the parameters and buffers"
+        parallel = DataParallelStep(model, probe.ranks)
+        optimizer = torch.optim.SGD(model.parameters(), lr=probe.lr)
+        torch.manual_seed(probe.seed + 1 + rank)  # each rank its own random stream
+        shard = slice(rank * probe.batch, (rank + 1) * probe.batch)
+        for t in range(probe.steps):
+            run["stage"] = f"step {t}"
+            world_q, world_k = world_images(probe, t)
+            run["steps"].append(train_step(model, optimizer, recorder, world_q[shard],
+                                           world_k[shard], call=parallel,
+                                           traced=(world_q, world_k),
+                                           after_backward=parallel.average_gradients))
+        run["stage"] = "done"
+    except BaseException as exc:  # noqa: BLE001 - the submission's failure is data
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        run["error"] = submission_error_text(exc)
+    finally:
+        if dist.is_initialized():  # closes the sockets, so a peer waiting on us fails fast
+            dist.destroy_process_group()
+    return run
+
+
+def _send(fd: int, run: BuilderRun) -> None:
+    buffer = io.BytesIO()
+    torch.save(run, buffer)
+    data = buffer.getvalue()
+    with os.fdopen(fd, "wb") as pipe:
+        pipe.write(len(data).to_bytes(8, "little") + data)
+
+
+def _receive(fd: int, deadline: float) -> BuilderRun | str:
+    """Rank 1's run, or why it could not be read (the child is then killed by the caller)."""
+    data = b""
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while True:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                return "rank 1 did not finish in time"
+            ready, _, _ = select.select([pipe], [], [], wait)
+            if not ready:
+                continue
+            chunk = pipe.read(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+            if len(data) > MAX_RECORD_BYTES + 8:
+                return "rank 1's record is too large"
+    size = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
+    if size != len(data) - 8:
+        return "rank 1 ended without sending its record"
+    run = torch.load(io.BytesIO(data[8:]), weights_only=True)
+    return run if isinstance(run, dict) else "rank 1 sent no run"
+
+
+def observe_ranks(moco_class, probe: BuilderProbe) -> BuilderRanks:
+    """Train ``moco_class`` on ``probe.ranks`` (two) processes; both ranks' runs.
+
+    Must be called outside any process group (``dist.is_initialized()`` False)."""
+    probe = ranks_probe(probe)
+    result: BuilderRanks = {"world": probe.ranks, "runs": [], "error": None}
+    if not dist.is_available() or dist.is_initialized():
+        result["error"] = "unavailable: no fresh torch.distributed in this process"
+        return result
+    saved_interface = os.environ.get("GLOO_SOCKET_IFNAME")
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    try:
+        with tempfile.TemporaryDirectory(prefix="moco-ref-ranks-") as folder:
+            read_end, write_end = os.pipe()
+            child = os.fork()
+            if child == 0:  # rank 1: its run, then gone without running anyone's cleanup
+                code = 0
+                try:
+                    os.close(read_end)
+                    _send(write_end, _rank_run(moco_class, probe, 1, folder))
+                except BaseException:  # noqa: BLE001
+                    code = 1
+                finally:
+                    os._exit(code)
+            os.close(write_end)
+            own = _rank_run(moco_class, probe, 0, folder)
+            other = _receive(read_end, time.monotonic() + CHILD_GRACE_SECONDS
+                             + COLLECTIVE_TIMEOUT.total_seconds())
+            _reap(child)
+    finally:
+        if saved_interface is None:
+            os.environ.pop("GLOO_SOCKET_IFNAME", None)
+        else:
+            os.environ["GLOO_SOCKET_IFNAME"] = saved_interface
+    if isinstance(other, str):
+        result["error"] = other
+        result["runs"] = [own]
+    else:
+        result["runs"] = [own, other]
+    return result
+
+
+def _reap(child: int) -> None:
+    """Wait briefly for rank 1 to exit, then kill it."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        pid, _ = os.waitpid(child, os.WNOHANG)
+        if pid:
+            return
+        time.sleep(0.01)
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
