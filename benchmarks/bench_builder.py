@@ -43,3 +43,66 @@ def test_training_step(benchmark, kind, K):
 
     loss = benchmark.pedantic(step, rounds=5, warmup_rounds=1)
     assert torch.isfinite(loss)
+
+
+ROUNDS = 15
+
+
+def _bootstrap_interval(ratios: list[float], draws: int = 2000, level: float = 0.95):
+    """The percentile bootstrap interval of the median paired ratio."""
+    import random
+    import statistics
+
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                     for _ in range(draws))
+    low = medians[int((1 - level) / 2 * draws)]
+    high = medians[int((1 + level) / 2 * draws) - 1]
+    return low, high
+
+
+def test_step_ratio_interleaved(benchmark):
+    """moco_ref.MoCo's step over the official-style module's at K = 65536, measured in
+    interleaved pairs (each round times one step of each, in alternating order, after a
+    warm-up), so drift of this shared machine hits both alike; extra_info holds the median
+    ratio and its 95% bootstrap interval."""
+    import statistics
+    import time
+
+    torchvision = pytest.importorskip("torchvision")
+    benchmark.group = "MoCo step ratio moco_ref / official, K=65536 (interleaved)"
+    steps = {}
+    for kind, cls in (("moco_ref", MoCo), ("official_style", _official_style())):
+        torch.manual_seed(0)
+        model = cls(torchvision.models.resnet18, dim=128, K=65536, m=0.999, T=0.07)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.03, momentum=0.9,
+                                    weight_decay=1e-4)
+        im_q, im_k = torch.randn(2, BATCH, 3, 32, 32)
+
+        def step(model=model, optimizer=optimizer, im_q=im_q, im_k=im_k):
+            logits, labels = model(im_q, im_k)
+            loss = torch.nn.functional.cross_entropy(logits, labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+        steps[kind] = step
+        step()  # warm-up
+    ratios = []
+
+    def one_round():
+        order = ("moco_ref", "official_style") if len(ratios) % 2 == 0 else (
+            "official_style", "moco_ref")
+        seconds = {}
+        for kind in order:
+            started = time.perf_counter()
+            steps[kind]()
+            seconds[kind] = time.perf_counter() - started
+        ratios.append(seconds["moco_ref"] / seconds["official_style"])
+
+    benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1)
+    low, high = _bootstrap_interval(ratios)
+    benchmark.extra_info.update(ratio_median=round(statistics.median(ratios), 3),
+                                ratio_ci95=[round(low, 3), round(high, 3)])
+    print(dict(benchmark.extra_info))
+    assert len(ratios) == ROUNDS

@@ -196,6 +196,15 @@ def _apply_isolation(args: argparse.Namespace) -> None:
         os.environ[ISOLATION_VARIABLE] = args.isolation
 
 
+def warm_up_in_background() -> None:
+    """Start the warm process (its torch import) in a thread, so it runs while this process
+    imports the judge (torch too): on two cores the two imports overlap instead of adding up.
+    ``isolation_refusal`` then waits for it (or says why it cannot start)."""
+    import threading
+
+    threading.Thread(target=isolation_refusal, daemon=True, name="moco-ref-warm-up").start()
+
+
 def isolation_refusal() -> str:
     """"" when the isolation in force can run here (its warm process is started), else the
     one line that says why grading is refused."""
@@ -284,6 +293,7 @@ def run_grade(args: argparse.Namespace) -> int:
     if bad:
         return _usage_error(bad)
     _apply_isolation(args)
+    warm_up_in_background()
     from moco_ref.grade import grade_many
     from moco_ref.judge.rubric import RubricError
     from moco_ref.observe.loader import TargetError, expand_targets

@@ -39,7 +39,10 @@ def require_matrix(name: str, value: object, *, dim: int | None = None) -> torch
 def all_finite(tensor: torch.Tensor) -> bool:
     """No NaN and no ±inf; one fused min/max pass (NaN propagates into both), which is much
     cheaper than materialising ``isfinite`` for a large queue."""
-    low, high = torch.aminmax(tensor.detach())
+    tensor = tensor.detach()
+    if not tensor.is_contiguous() and tensor.ndim == 2 and tensor.T.is_contiguous():
+        tensor = tensor.T  # e.g. a [dim, K] buffer read as [K, dim]: no copy of the queue
+    low, high = torch.aminmax(tensor)
     return math.isfinite(float(low)) and math.isfinite(float(high))
 
 

@@ -5,7 +5,8 @@ The submission's process forks once: the parent is rank 0, the child rank 1. Bot
 group (CPU, a ``file://`` rendezvous, loopback sockets), build the module with the same seed,
 keep it in step as the official script's ``DistributedDataParallel`` does (parameters and
 buffers from rank 0 at the start, buffers from rank 0 before every forward, gradients averaged
-after every backward: ``DataParallelStep``; DDP itself would import ``torch._dynamo``, 1.7 s),
+after every backward: ``DataParallelStep``, plain collectives the probe controls, with no
+reducer threads in a process that forks),
 and train it on
 their own shard of one *world batch* of ``ranks · batch`` images (rank r takes rows
 ``r·batch … (r+1)·batch − 1``). After the build each rank draws from its own random stream

@@ -2,8 +2,8 @@
 
     python -m moco_ref.sandbox.zygote --fd N
 
-Importing torch (with ``torch._dynamo``, which the first optimizer pulls in) costs ~4 s of
-CPU, and would be paid again by every submission. The zygote pays it once: it imports torch,
+Importing torch costs ~2 s of CPU, and would be paid again by every submission. The zygote
+pays it once: it imports torch,
 the observer and the usual student imports, runs no submission code and no torch operation
 (no thread pools; it checks it is single-threaded), and on request forks a fresh process per
 job. Nothing a job does can reach the zygote's state — each job is its own copy-on-write
@@ -54,8 +54,10 @@ import time
 
 from moco_ref.sandbox import procs
 
-REQUIRED_PRELOAD = ("torch", "torch.nn", "torch.optim", "torch._dynamo", "moco_ref.observe.worker")
-OPTIONAL_PRELOAD = ("numpy", "nbformat", "hypothesis", "matplotlib.pyplot", "torchvision")
+REQUIRED_PRELOAD = ("torch", "torch.nn", "torch.optim", "moco_ref.observe.worker")
+# what LAB submissions and notebooks import; not torchvision: LAB code does not use it and its
+# import pulls in torch's compiler (1.4 s) — a submission that imports it pays that itself
+OPTIONAL_PRELOAD = ("numpy", "nbformat", "hypothesis", "matplotlib.pyplot")
 MAX_MESSAGE = 1 << 16
 CHANNEL_FD = 3  # where the worker finds its observation channel
 BUNDLE_FD = 4  # where a sandboxed job's worker finds its submission (a tar stream)
@@ -94,6 +96,7 @@ def _preload() -> dict:
             loaded.append(name)
         except Exception as exc:  # noqa: BLE001 - optional: a submission imports it itself
             missing[name] = f"{type(exc).__name__}: {exc}"
+    eager = eager_optimizers()
     try:  # the default seed's cases, drawn once here instead of in every job
         from moco_ref.observe.strategies import component_cases
 
@@ -101,7 +104,79 @@ def _preload() -> dict:
             component_cases(kind, 0)
     except Exception as exc:  # noqa: BLE001
         missing["component cases"] = f"{type(exc).__name__}: {exc}"
-    return {"loaded": loaded, "missing": missing}
+    return {"loaded": loaded, "missing": missing, "eager_optimizer_wrappers": eager,
+            "compiler_imported": "torch._dynamo" in sys.modules}
+
+
+def eager_optimizers() -> int:
+    """Let torch's optimizers run without importing ``torch._dynamo`` (1.4 s) on first use.
+
+    torch marks optimizer code "do not compile" in two ways, each importing the compiler on
+    the first call only to mark or to break a graph that eager code never builds:
+    ``_disable_dynamo`` wrappers (``Optimizer.__init__``, ``zero_grad``, the functional
+    updates) keep their mark on the wrapped function (``__dynamo_disable``), so setting it to
+    that function skips the import; ``step`` methods wrapped by
+    ``_use_grad_for_differentiable`` are rewrapped by ``_eager_step`` with the same grad-mode
+    handling and no graph break. Only the warm process calls this, before any submission;
+    a submission that compiles imports the compiler itself. Returns how many were changed."""
+    import gc
+    import types
+    import warnings
+
+    import torch._compile
+    import torch.optim.optimizer as optimizer_module
+
+    def code_of(outer, name: str):
+        return next((c for c in outer.__code__.co_consts
+                     if isinstance(c, types.CodeType) and c.co_name == name), None)
+
+    marked = code_of(torch._compile._disable_dynamo, "inner")
+    stepping = code_of(optimizer_module._use_grad_for_differentiable, "_use_grad")
+    count = 0
+    with warnings.catch_warnings():  # looking at every object touches deprecated aliases
+        warnings.simplefilter("ignore")
+        functions = [obj for obj in gc.get_objects() if isinstance(obj, types.FunctionType)]
+    for function in functions:
+        wrapped = getattr(function, "__wrapped__", None)
+        if marked is not None and function.__code__ is marked and callable(wrapped) and \
+                getattr(wrapped, "__dynamo_disable", None) is None:
+            wrapped.__dynamo_disable = wrapped
+            count += 1
+    if stepping is not None:
+        for cls in _optimizer_classes(torch.optim.Optimizer):
+            step = cls.__dict__.get("step")
+            if isinstance(step, types.FunctionType) and step.__code__ is stepping:
+                cls.step = _eager_step(step.__wrapped__)
+                count += 1
+    return count
+
+
+def _optimizer_classes(base: type) -> list[type]:
+    found, todo = [], [base]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def _eager_step(step):
+    """``step`` under the grad mode ``_use_grad_for_differentiable`` sets, without its
+    compiler graph breaks."""
+    import functools
+
+    import torch
+
+    @functools.wraps(step)
+    def eager_step(self, *args, **kwargs):
+        previous = torch.is_grad_enabled()
+        try:
+            torch.set_grad_enabled(self.defaults["differentiable"])
+            return step(self, *args, **kwargs)
+        finally:
+            torch.set_grad_enabled(previous)
+
+    return eager_step
 
 
 def _threads() -> int:
