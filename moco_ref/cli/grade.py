@@ -196,13 +196,16 @@ def _apply_isolation(args: argparse.Namespace) -> None:
         os.environ[ISOLATION_VARIABLE] = args.isolation
 
 
-def warm_up_in_background() -> None:
-    """Start the warm process (its torch import) in a thread, so it runs while this process
-    imports the judge (torch too): on two cores the two imports overlap instead of adding up.
-    ``isolation_refusal`` then waits for it (or says why it cannot start)."""
-    import threading
+def warm_up() -> None:
+    """Start the warm process now without waiting for it, so its torch import runs while this
+    process imports the judge (torch too): on two cores the two imports overlap instead of
+    adding up. ``isolation_refusal`` then waits for it (or says why it cannot start)."""
+    from moco_ref.sandbox.client import current_zygote
 
-    threading.Thread(target=isolation_refusal, daemon=True, name="moco-ref-warm-up").start()
+    try:
+        current_zygote(wait=False)
+    except Exception:  # noqa: BLE001 - isolation_refusal says why, in one line
+        return
 
 
 def isolation_refusal() -> str:
@@ -293,7 +296,7 @@ def run_grade(args: argparse.Namespace) -> int:
     if bad:
         return _usage_error(bad)
     _apply_isolation(args)
-    warm_up_in_background()
+    warm_up()
     from moco_ref.grade import grade_many
     from moco_ref.judge.rubric import RubricError
     from moco_ref.observe.loader import TargetError, expand_targets

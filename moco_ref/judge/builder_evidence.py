@@ -17,12 +17,12 @@ in messages, every value is recomputed from recorded tensors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import torch
 
-from moco_ref.judge.assertions import SubmissionCrashed, SubmissionError
+from moco_ref.judge.assertions import SubmissionCrashed, SubmissionError, at_step
 from moco_ref.judge.gaps import observed
 from moco_ref.judge.invariants import (
     ColumnTrace,
@@ -45,6 +45,14 @@ from moco_ref.observe.parts import WHOLE
 QUERY_VIEW, KEY_VIEW = 0, 1
 
 
+def builder_where(step: int) -> str:
+    return at_step(step)
+
+
+ASYMMETRIC, SYMMETRIC = "asymmetric", "symmetric"
+VIEW_NAMES = ("im_q", "im_k")
+
+
 @dataclass
 class BuilderStep:
     """One training step (one ``forward`` + backward + optimizer step) as observed."""
@@ -64,6 +72,12 @@ class BuilderStep:
     ptr_after: int | None
     key_grads: list[bool]  # per key parameter: .grad set after backward
     key_event: int  # index of the key forward among the step's forwards
+    # a symmetric module: (query view, key view, logits [B, 1 + K]) of each half, in the order
+    # the halves were computed; q, k, logits and labels are then both halves' rows stacked in
+    # the order the module enqueues the views' keys
+    halves: list[tuple[int, int, torch.Tensor]] = field(default_factory=list)
+    views_q: dict[int, torch.Tensor] = field(default_factory=dict)  # view -> [B, dim]
+    views_k: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
 def _pointer(value) -> int | None:
@@ -86,7 +100,21 @@ class BuilderEvidence:
         self._observations = observations
         probe = observations.get("probe", {})
         self.probe = BuilderProbe.from_dict(probe if isinstance(probe, dict) else {})
+        self.view_batch = self.probe.batch  # images per view and step
         self.warmup = {}
+        self.variant = self._variant()
+        if self.variant == SYMMETRIC:  # both views' keys arrive: 2B entries per step
+            self.probe = replace(self.probe, batch=2 * self.view_batch)
+
+    def _variant(self) -> str:
+        """``"symmetric"`` when the main run's forward gave two (logits, labels) pairs (returned,
+        or the two cross-entropies of a returned loss), else ``"asymmetric"``; a declared
+        ``--variant`` that the module does not follow is named by contract-builder-interface."""
+        try:
+            steps = self.record.get("run", {}).get("steps") or []
+        except Exception:  # noqa: BLE001 - an unobserved record: its checks say so
+            return ASYMMETRIC
+        return SYMMETRIC if steps and len(steps[0].get("pairs") or []) == 2 else ASYMMETRIC
 
     @property
     def record(self) -> schema.BuilderRecord:
@@ -206,7 +234,7 @@ class BuilderEvidence:
     def _aligned(self, event: schema.BuilderForward, view: int, t: int, who: str) -> torch.Tensor:
         """The event's output rows put back in the order of the step's images."""
         views, rows, output = event["views"], event["rows"], event["output"]
-        batch = self.probe.batch
+        batch = self.view_batch
         if len(rows) != batch or not bool((views == view).all()) or sorted(
                 rows.tolist()) != list(range(batch)):
             raise SubmissionError(
@@ -234,6 +262,8 @@ class BuilderEvidence:
                                   f"{[e['role'] for e in events]})")
         query, key = events[queries[0]], events[keys[-1]]
         before, after = record["before"], record["after_forward"]
+        if self.variant == SYMMETRIC:
+            return self._symmetric_step(t, record, query, key, keys[-1])
         return BuilderStep(
             index=t,
             q=self._aligned(query, QUERY_VIEW, t, "encoder_q"),
@@ -251,6 +281,98 @@ class BuilderEvidence:
             key_grads=list(record.get("key_grads", [])),
             key_event=keys[-1],
         )
+
+    def _symmetric_step(self, t: int, record: schema.BuilderStep, query, key,
+                        key_event: int) -> BuilderStep:
+        """Both halves of a symmetric step: each view's query and key, each returned pair
+        matched to the (query view, key view) whose positives it holds."""
+        events = record["events"]
+        views_q, views_k = {}, {}
+        for view in (QUERY_VIEW, KEY_VIEW):
+            for role, found in (("q", views_q), ("k", views_k)):
+                which = [e for e in events if self._on_view(e, role, view)]
+                if not which:
+                    raise SubmissionError(
+                        f"at step {t} a symmetric module's encoder_{role} never ran on "
+                        f"{VIEW_NAMES[view]} (both views are queries and keys)")
+                found[view] = self._aligned(which[0 if role == "q" else -1], view, t,
+                                            f"encoder_{role}")
+        pairs = [pair["logits"].to(torch.float64) for pair in record.get("pairs") or []]
+        if len(pairs) != 2:
+            raise SubmissionError(f"at step {t} a symmetric module gave {len(pairs)} pairs")
+        first = self._first_query_view(pairs, views_q, views_k)
+        halves = [(first, 1 - first, pairs[0]), (1 - first, first, pairs[1])]
+        order = self.enqueue_order
+        before, after = record["before"], record["after_forward"]
+        labels = [pair["labels"] for pair in record["pairs"]]
+        return BuilderStep(
+            index=t,
+            q=torch.cat([views_q[v] for v in order]),
+            k=torch.cat([views_k[v] for v in order]),
+            key_grad_enabled=bool(key["grad_enabled"]),
+            key_has_grad_fn=bool(key["has_grad_fn"]),
+            key_params=_as_float64(key["params_k"]),
+            query_params=_as_float64(key["params_q"]),
+            logits=torch.cat([h[2] for h in halves]),
+            labels=torch.cat(labels) if all(y.ndim == 1 for y in labels) else labels[0],
+            queue_before=self.columns_of(before.get("queue")),
+            queue_after=self.columns_of(after.get("queue")),
+            ptr_before=_pointer(before.get("queue_ptr")),
+            ptr_after=_pointer(after.get("queue_ptr")),
+            key_grads=list(record.get("key_grads", [])),
+            key_event=key_event,
+            halves=halves,
+            views_q=views_q,
+            views_k=views_k,
+        )
+
+    def _first_query_view(self, pairs: list, views_q: dict, views_k: dict) -> int:
+        """The view whose queries the first pair holds: the assignment of the two pairs to
+        (im_q against im_k's key, im_k against im_q's key) whose positive logits ``q·k/T`` are
+        closest; im_q when both fit alike (at the first step the key encoder is still a copy
+        of the query encoder, so both halves have the same positives)."""
+        normalize = torch.nn.functional.normalize
+
+        def error(logits: torch.Tensor, query_view: int) -> float:
+            q = normalize(views_q[query_view], dim=1)
+            k = normalize(views_k[1 - query_view], dim=1)
+            expected = (q * k).sum(dim=1) / self.temperature
+            if logits.ndim != 2 or len(logits) != len(expected):
+                return float("inf")
+            return float((logits[:, 0] - expected).abs().max())
+
+        straight = error(pairs[0], QUERY_VIEW) + error(pairs[1], KEY_VIEW)
+        swapped = error(pairs[0], KEY_VIEW) + error(pairs[1], QUERY_VIEW)
+        return KEY_VIEW if swapped < straight - 1e-6 else QUERY_VIEW
+
+    @cached_property
+    def enqueue_order(self) -> tuple[int, int]:
+        """The order a symmetric module enqueues the two views' keys in, read at the first
+        step's pointer: ``(0, 1)`` (im_q's keys first, as the official symmetric code) unless
+        the column there holds a key of im_k."""
+        record = self.require_run()["steps"][0]
+        columns = self.columns_of(record["after_forward"].get("queue"))
+        ptr = _pointer(record["before"].get("queue_ptr")) or 0
+        events = record["events"]
+        first = [e for e in events if self._on_view(e, "k", KEY_VIEW)]
+        if columns is None or not first or not 0 <= ptr < len(columns):
+            return (QUERY_VIEW, KEY_VIEW)
+        key = self._aligned(first[-1], KEY_VIEW, 0, "encoder_k")[0]
+        written = columns[ptr]
+        normalize = torch.nn.functional.normalize
+        if torch.allclose(written, normalize(key, dim=0), atol=1e-5) or torch.allclose(
+                written, key, atol=1e-5):
+            return (KEY_VIEW, QUERY_VIEW)
+        return (QUERY_VIEW, KEY_VIEW)
+
+    def logit_where(self, i: int) -> str:
+        """Where the ``i``-th entry of ``logit_steps`` is: a step, or one half of it."""
+        if self.variant != SYMMETRIC:
+            return builder_where(i)
+        step = self.steps[i // 2]
+        query_view, key_view, _ = step.halves[i % 2]
+        return (f"{builder_where(step.index)} ({'first' if i % 2 == 0 else 'second'} half: "
+                f"q of {VIEW_NAMES[query_view]} against the key of {VIEW_NAMES[key_view]})")
 
     @property
     def initial_query_params(self) -> torch.Tensor:
@@ -330,9 +452,29 @@ class BuilderEvidence:
         for step in self.steps:
             if step.queue_before is None or step.queue_after is None:
                 raise SubmissionError(f"at step {step.index} the module had no queue buffer")
+            if self.variant == SYMMETRIC:
+                steps += self._half_logits(step)
+                continue
             steps.append(StepLogits(step.q, step.k, step.logits,
                                     {"before": step.queue_before, "after": step.queue_after}))
         return steps
+
+    def _half_logits(self, step: BuilderStep) -> list[StepLogits]:
+        """Both halves of a symmetric step. "before" is the queue before the step for both;
+        "after" is, for the first half, that same queue (nothing of this step can precede it
+        correctly or not) and, for the second, the queue with the first half's keys written at
+        the pointer — so a module that enqueues between the halves (queue pollution) is the
+        "negatives after" form, named by I9."""
+        K, B = self.probe.K, self.view_batch
+        (q0, k0, logits0), (q1, k1, logits1) = step.halves
+        middle = step.queue_before.clone()
+        start = (step.ptr_before or 0) % K
+        middle[[(start + i) % K for i in range(B)]] = torch.nn.functional.normalize(
+            step.views_k[k0], dim=1)
+        return [StepLogits(step.views_q[q0], step.views_k[k0], logits0,
+                           {"before": step.queue_before, "after": step.queue_before}),
+                StepLogits(step.views_q[q1], step.views_k[k1], logits1,
+                           {"before": step.queue_before, "after": middle})]
 
     @cached_property
     def logits(self) -> LogitsFit:
@@ -350,6 +492,15 @@ class BuilderEvidence:
             raise LookupError("none")  # left out of the report
         return ", ".join(extra) + " (ignored by the probe)"
 
+    def _variant_text(self) -> str:
+        if self.variant != SYMMETRIC:
+            return "asymmetric (one (logits, labels) pair)"
+        record = self.require_run()["steps"][0]
+        how = ("a loss; its two cross-entropies observed" if record.get("loss_returned")
+               else "two (logits, labels) pairs")
+        first = " then ".join(VIEW_NAMES[v] for v in self.enqueue_order)
+        return f"symmetric ({how}; keys enqueued {first})"
+
     def inferred(self) -> dict:
         """Values inferred from the trace, for the report (best effort, never raises)."""
         p = self.probe
@@ -364,6 +515,7 @@ class BuilderEvidence:
             ("module_T", lambda: self.module.get("attributes", {}).get("T")),
             ("queue_layout", lambda: self.queue_layout),
             ("process_group", lambda: self.record.get("environment", {}).get("process_group")),
+            ("variant", self._variant_text),
             ("base_encoder_extra_arguments", self._extra_encoder_arguments),
         ):
             try:

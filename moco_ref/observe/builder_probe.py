@@ -21,6 +21,8 @@ It all runs inside a one-process ``torch.distributed`` group with ``.cuda()`` ma
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -337,6 +339,48 @@ def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> Builde
     return run
 
 
+@contextmanager
+def cross_entropy_calls(calls: list) -> Iterator[None]:
+    """Record ``(input, target)`` of every ``F.cross_entropy`` call in the block (also through
+    ``nn.CrossEntropyLoss``): how the pairs of a module whose forward returns a loss are seen."""
+    original = F.cross_entropy
+
+    def recording(input, target, *args, **kwargs):  # noqa: A002 - torch's own names
+        if isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor):
+            calls.append((input, target))
+        return original(input, target, *args, **kwargs)
+
+    F.cross_entropy = recording
+    try:
+        yield
+    finally:
+        F.cross_entropy = original
+
+
+def _is_pair(value) -> bool:
+    return isinstance(value, (tuple, list)) and len(value) == 2 and all(
+        isinstance(v, torch.Tensor) for v in value)
+
+
+def returned_pairs(output, captured: list, described: dict):
+    """``([(logits, labels)], loss)``: one pair (the official interface), two (a symmetric
+    module returning both, or returning a loss computed from two cross-entropies); ``loss``
+    is the returned loss, or None."""
+    if _is_pair(output) and output[0].ndim == 2:
+        return [tuple(output)], None
+    if isinstance(output, (tuple, list)) and len(output) == 2 and all(map(_is_pair, output)):
+        return [tuple(pair) for pair in output], None
+    if isinstance(output, torch.Tensor) and output.ndim == 0 and output.requires_grad:
+        pairs = [(logits, labels) for logits, labels in captured if logits.ndim == 2]
+        if len(pairs) in (1, 2):
+            return pairs, output
+        raise TypeError(f"forward(im_q, im_k) returned a loss computed from {len(pairs)} "
+                        "cross-entropies of [B, 1 + K] logits; the grader follows one (the "
+                        "official interface) or two (a symmetric loss)")
+    raise TypeError(f"forward(im_q, im_k) must return (logits, labels), two such pairs (a "
+                    f"symmetric loss) or a loss, got {described}")
+
+
 def train_step(model, optimizer, recorder: BuilderRecorder, im_q: torch.Tensor,
                im_k: torch.Tensor, *, call=None, traced=None,
                after_backward=None) -> BuilderStep:
@@ -345,20 +389,23 @@ def train_step(model, optimizer, recorder: BuilderRecorder, im_q: torch.Tensor,
     batch, or the world batch whose shard it is)."""
     step: BuilderStep = {"before": state_of(model)}
     recorder.begin_step(*(traced or (im_q, im_k)))
+    captured: list[tuple[torch.Tensor, torch.Tensor]] = []
     try:
-        output = (call or model)(im_q, im_k)
+        with cross_entropy_calls(captured):
+            output = (call or model)(im_q, im_k)
     finally:
         step["events"] = recorder.end_step()
     step["returned"] = _describe(output)
-    if not (isinstance(output, (tuple, list)) and len(output) == 2
-            and all(isinstance(v, torch.Tensor) for v in output)):
-        raise TypeError(f"forward(im_q, im_k) must return (logits, labels), got "
-                        f"{step['returned']}")
-    logits, labels = output
-    step["logits"] = logits.detach().cpu().clone()  # [B, 1 + K]
-    step["labels"] = labels.detach().cpu().clone()  # [B]
+    pairs, returned_loss = returned_pairs(output, captured, step["returned"])
+    step["logits"] = pairs[0][0].detach().cpu().clone()  # [B, 1 + K]
+    step["labels"] = pairs[0][1].detach().cpu().clone()  # [B]
+    if len(pairs) == 2:  # a symmetric module: (q of im_q, k of im_k), (q of im_k, k of im_q)
+        step["pairs"] = [{"logits": logits.detach().cpu().clone(),
+                          "labels": labels.detach().cpu().clone()} for logits, labels in pairs]
+        step["loss_returned"] = returned_loss is not None
     step["after_forward"] = state_of(model)
-    loss = F.cross_entropy(logits, labels)
+    loss = returned_loss if returned_loss is not None else sum(
+        F.cross_entropy(logits, labels) for logits, labels in pairs)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     encoder_k = getattr(model, "encoder_k", None)

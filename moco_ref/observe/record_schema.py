@@ -192,6 +192,8 @@ class BuilderStep(TypedDict, total=False):
     returned: dict
     logits: Tensor  # [B, 1 + K]
     labels: Tensor  # [B]
+    pairs: list[dict]  # a symmetric module: [{"logits", "labels"}] × 2, in computation order
+    loss_returned: bool  # a symmetric module returned a loss (its pairs were captured)
     after_forward: BuilderState
     key_grads: list[bool]
     loss: float

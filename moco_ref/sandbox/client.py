@@ -57,12 +57,13 @@ def sandboxed() -> bool:
     return isolation_mode() == "bwrap"
 
 
-def current_zygote(*, reference: bool = False) -> Zygote:
+def current_zygote(*, reference: bool = False, wait: bool = True) -> Zygote:
     """The zygote for the isolation in force; ``IsolationUnavailable`` when the sandbox
     cannot run here. ``reference``: the submission may import the reference
-    (``--allow-reference-import``), so a sandbox whose view holds it."""
+    (``--allow-reference-import``), so a sandbox whose view holds it. ``wait=False``: only
+    started (``warm_up``)."""
     return zygote_for(child_environment(), sandboxed=sandboxed(),
-                      reference=reference and sandboxed())
+                      reference=reference and sandboxed(), wait=wait)
 
 
 def isolation_description() -> str:
@@ -120,10 +121,20 @@ class Zygote:
         self._jobs: dict[str, JobHandle] = {}
         self._jobs_lock = threading.Lock()
         self.alive = True
-        self.hello = self._hello()
-        self._thread = threading.Thread(target=self._dispatch, daemon=True,
-                                        name="moco-ref-zygote")
-        self._thread.start()
+        self._hello_lock = threading.Lock()
+        self._hello_message: dict | None = None
+
+    @property
+    def hello(self) -> dict:
+        """The zygote's first message, waited for on first use (the process starts at once, so
+        its imports overlap whatever the grader does meanwhile); raises like the start."""
+        with self._hello_lock:
+            if self._hello_message is None:
+                self._hello_message = self._hello()
+                self._thread = threading.Thread(target=self._dispatch, daemon=True,
+                                                name="moco-ref-zygote")
+                self._thread.start()
+            return self._hello_message
 
     def _hello(self) -> dict:
         self.sock.settimeout(ZYGOTE_START_SECONDS)
@@ -153,6 +164,8 @@ class Zygote:
 
     def spawn(self, request: dict, fds: list[int], events: queue.Queue) -> JobHandle:
         from moco_ref.sandbox.zygote import send
+
+        self.hello  # noqa: B018 - started (or raising why not) before any job
 
         handle = JobHandle(request["job"], events)
         with self._jobs_lock:
@@ -238,9 +251,13 @@ _ZYGOTES_LOCK = threading.Lock()
 MAX_ZYGOTES = 3  # e.g. the real harness, a test stand-in, a pytester run
 
 
-def zygote_for(env: dict, *, sandboxed: bool = False, reference: bool = False) -> Zygote:
+def zygote_for(env: dict, *, sandboxed: bool = False, reference: bool = False,
+               wait: bool = True) -> Zygote:
     """The live zygote started with ``env`` (one is started if needed), inside the bwrap
-    sandbox when ``sandboxed`` (with the reference in its view when ``reference``)."""
+    sandbox when ``sandboxed`` (with the reference in its view when ``reference``); with
+    ``wait`` its hello has arrived (``IsolationUnavailable`` when the sandbox cannot run).
+    Start it from the thread that outlives it: bwrap's ``--die-with-parent`` follows the
+    thread that started it."""
     key = (sandboxed, reference, *sorted(env.items()))
     with _ZYGOTES_LOCK:
         zygote = _ZYGOTES.pop(key, None)
@@ -252,7 +269,9 @@ def zygote_for(env: dict, *, sandboxed: bool = False, reference: bool = False) -
                 _ZYGOTES.pop(next(iter(_ZYGOTES))).close()
             zygote = Zygote(env, sandboxed=sandboxed, reference=reference)
         _ZYGOTES[key] = zygote  # most recently used last
-        return zygote
+    if wait:
+        zygote.hello  # noqa: B018
+    return zygote
 
 
 def shutdown_zygotes() -> None:

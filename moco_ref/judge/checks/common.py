@@ -132,7 +132,7 @@ def judgeable_logits(ev: BuilderEvidence, what: str):
         bad = next(i for i, ok in enumerate(fit.matched) if not ok)
         raise SubmissionError(
             f"cannot judge {what}: the logits could not be recomputed from the recorded q, k and "
-            f"queue ({builder_where(bad)} differs from every known form; see "
+            f"queue ({ev.logit_where(bad)} differs from every known form; see "
             "I8-loss-matches-recomputation)")
     return fit
 

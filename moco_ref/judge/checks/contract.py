@@ -415,9 +415,9 @@ def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
                  "with mlp=True the key encoder did not start as a copy of the query encoder "
                  "(copy the parameters after adding the MLP head)", rtol=1e-5, atol=1e-6,
                  where="at the first key forward, θk vs θq as built:")
-    require(list(first["logits"].shape) == [ev.probe.batch, 1 + ev.probe.K],
+    require(list(first["logits"].shape) == [ev.view_batch, 1 + ev.probe.K],
             "with mlp=True forward must still return logits [B, 1 + K]", where=builder_where(0),
-            expected=f"shape [{ev.probe.batch}, {1 + ev.probe.K}]",
+            expected=f"shape [{ev.view_batch}, {1 + ev.probe.K}]",
             got=f"shape {list(first['logits'].shape)}")
     return f"{count['mlp'] - count['plain']} head parameters added"
 

@@ -14,7 +14,7 @@ from moco_ref.judge.assertions import (
     fmt_range,
     require,
 )
-from moco_ref.judge.builder_evidence import BuilderEvidence
+from moco_ref.judge.builder_evidence import SYMMETRIC, BuilderEvidence
 from moco_ref.judge.checks.common import (
     builder_where,
     case_where,
@@ -332,6 +332,9 @@ def i3_ids_move_with_keys_components(ev: ComponentsEvidence) -> str | None:
     return None
 
 
+SYMMETRIC_RANKS = ("does not apply: the two-process run is judged for the official interface (one "
+                   "pair per forward); this module is symmetric")
+
 KEYS_OF_ALL_RANKS = check(
     "I3-keys-of-all-ranks",
     "on several processes every rank's keys enter the queue, in rank order",
@@ -371,6 +374,8 @@ def i3_keys_of_all_ranks_builder(ev: BuilderEvidence) -> str | None:
     equal. A module that exchanges nothing across ranks (a single-process module) is not
     judged."""
     ev.steps  # noqa: B018 - a one-process crash is told first
+    if ev.variant == SYMMETRIC:
+        raise NotRequired(SYMMETRIC_RANKS)
     ranks = ev.ranks
     B = ranks.probe.batch
     steps = range(ranks.steps)

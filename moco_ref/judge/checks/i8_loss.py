@@ -10,12 +10,13 @@ import torch
 from moco_ref.core.contrastive import contrastive_logits, info_nce_loss, positive_labels
 from moco_ref.judge.assertions import (
     NotJudged,
+    NotRequired,
     at_step,
     fail,
     fmt_ids,
     fmt_values,
 )
-from moco_ref.judge.builder_evidence import BuilderEvidence
+from moco_ref.judge.builder_evidence import SYMMETRIC, BuilderEvidence
 from moco_ref.judge.checks.common import (
     builder_where,
     factor_fault,
@@ -132,7 +133,7 @@ def i8_loss_matches_recomputation_builder(ev: BuilderEvidence) -> str | None:
         reference = expected_logits(BUILDER_FORM, step, ev.temperature)
         error = logits_error(step.logits, reference)
         fail("the logits are not ones the grader can recompute from q, k and the queue",
-             where=f"{builder_where(t)}, row 0:",
+             where=f"{ev.logit_where(t)}, row 0:",
              expected=f"[q·k⁺, q·queue]/T with T = {ev.temperature:g}: "
                       f"{fmt_values(reference[0], limit=4)}",
              got=f"{fmt_values(step.logits[0], limit=4)} of shape {list(step.logits.shape)} "
@@ -378,6 +379,9 @@ def i8_key_from_other_view_lab(ev: LabEvidence) -> str | None:
     return None
 
 
+SYMMETRIC_RANKS = ("does not apply: the two-process run is judged for the official interface (one "
+                   "pair per forward); this module is symmetric")
+
 POSITIVE_ACROSS_RANKS = check(
     "I8-positive-across-ranks",
     "on several processes each query's positive is its own image's key",
@@ -397,6 +401,8 @@ def i8_positive_across_ranks_builder(ev: BuilderEvidence) -> str | None:
     the grader traces every key-encoder row on every rank to its image and finds which key
     explains each returned positive."""
     fit = ev.logits  # a one-process crash is told first
+    if ev.variant == SYMMETRIC:
+        raise NotRequired(SYMMETRIC_RANKS)
     ranks = ev.ranks
     ranks.runs  # noqa: B018 - raises when the run is missing or a rank raised
     if not fit.all_match:

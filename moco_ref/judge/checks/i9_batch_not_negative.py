@@ -5,7 +5,7 @@ from __future__ import annotations
 from moco_ref.judge.assertions import (
     fail,
 )
-from moco_ref.judge.builder_evidence import BuilderEvidence
+from moco_ref.judge.builder_evidence import SYMMETRIC, VIEW_NAMES, BuilderEvidence
 from moco_ref.judge.checks.common import (
     builder_where,
     factor_fault,
@@ -56,6 +56,16 @@ def i9_batch_not_own_negative_builder(ev: BuilderEvidence) -> str | None:
     if fit.form.negatives == "before":
         return None
     step = ev.steps[0]
+    if ev.variant == SYMMETRIC:
+        (_, first_keys, _), (second_queries, _, _) = step.halves
+        fail("queue pollution: the first half's keys were negatives of the second half (they "
+             "were enqueued between the two halves; enqueue both views' keys after both "
+             "losses)", where=ev.logit_where(1),
+             expected=f"negatives from the queue before the step ({pointer_text(step)}), for "
+                      "both halves",
+             got=f"the queue with the {ev.view_batch} keys of {VIEW_NAMES[first_keys]} "
+                 f"already enqueued: each query of {VIEW_NAMES[second_queries]} meets a key "
+                 "of its own image among its negatives")
     fail("the batch's own keys were negatives (enqueued before the logits were computed)",
          where=builder_where(0),
          expected=f"negatives from the queue before the step ({pointer_text(step)})",

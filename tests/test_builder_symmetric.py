@@ -1,0 +1,135 @@
+"""Symmetric-loss builder modules (MoCo v2+/v3 style): each view is a query against the other
+view's key. The probe sees the two (logits, labels) pairs whether the forward returns them or
+returns a loss (its two cross-entropies are captured); the judge follows both halves, the keys
+of both views in the queue, and names queue pollution (the first half's keys as negatives of
+the second half). The variant graded is in the report."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from moco_ref.judge.registry import all_checks
+from moco_ref.judge.results import Status
+from moco_ref.observe.builder_probe import cross_entropy_calls, returned_pairs
+from tests.conformance_support import SUBMISSIONS, explain, grade, load_namespace
+
+BUILDER_IDS = {spec.check_id for spec in all_checks("builder")}
+ACROSS_RANKS = {"I3-keys-of-all-ranks", "I8-positive-across-ranks"}
+CORRECT = SUBMISSIONS / "builder_correct_symmetric_loss.py"
+
+
+def _by_id(results) -> dict:
+    return {r.check_id: r for r in results}
+
+
+def _symmetric_class():
+    return load_namespace(CORRECT)["MoCo"]
+
+
+def test_a_loss_returning_symmetric_module_gets_full_marks_and_is_named():
+    results, inferred = grade({"MoCo": _symmetric_class()}, "builder")
+    by_id = _by_id(results)
+    for check_id in BUILDER_IDS - ACROSS_RANKS:
+        assert by_id[check_id].status is Status.PASSED, explain(results)
+    for check_id in ACROSS_RANKS:
+        assert by_id[check_id].status is Status.NOT_APPLICABLE
+        assert "symmetric" in by_id[check_id].message
+    assert inferred["variant"].startswith("symmetric (a loss")
+    assert "im_q then im_k" in inferred["variant"]
+    assert inferred["batch_size"] == 16  # both views' keys arrive each step
+
+
+def test_a_module_returning_both_pairs_is_judged_alike():
+    base = _symmetric_class()
+
+    class ReturnsPairs(base):
+        def pair(self, im_a, im_b):
+            q = F.normalize(self.encoder_q(im_a), dim=1)
+            k = self._keys(im_b)
+            logits = torch.cat([(q * k).sum(1, keepdim=True), q @ self.queue.clone().detach()],
+                               dim=1) / self.T
+            return (logits, torch.zeros(len(q), dtype=torch.long)), k
+
+        def forward(self, im1, im2):
+            with torch.no_grad():
+                self._momentum_update_key_encoder()
+            first, k2 = self.pair(im1, im2)
+            second, k1 = self.pair(im2, im1)
+            self._dequeue_and_enqueue(torch.cat([k1, k2]))
+            return first, second
+
+    results, inferred = grade({"MoCo": ReturnsPairs}, "builder")
+    by_id = _by_id(results)
+    assert all(by_id[c].status is Status.PASSED for c in BUILDER_IDS - ACROSS_RANKS), \
+        explain(results)
+    assert inferred["variant"].startswith("symmetric (two (logits, labels) pairs")
+
+
+def test_keys_enqueued_second_view_first_are_a_fifo_too():
+    """The order of the two views' keys within a step is the module's to state; it is read
+    from the buffer and reported."""
+    base = _symmetric_class()
+
+    class SecondViewFirst(base):
+        def forward(self, im1, im2):
+            with torch.no_grad():
+                self._momentum_update_key_encoder()
+            loss_12, _, k2 = self.contrastive_loss(im1, im2)
+            loss_21, _, k1 = self.contrastive_loss(im2, im1)
+            self._dequeue_and_enqueue(torch.cat([k2, k1]))
+            return loss_12 + loss_21
+
+    results, inferred = grade({"MoCo": SecondViewFirst}, "builder")
+    assert all(_by_id(results)[c].status is Status.PASSED for c in BUILDER_IDS - ACROSS_RANKS), \
+        explain(results)
+    assert "im_k then im_q" in inferred["variant"]
+
+
+def test_queue_pollution_is_named_by_i9_alone():
+    namespace = load_namespace(SUBMISSIONS / "builder_bug_symmetric_queue_pollution.py")
+    results, _ = grade(namespace, "builder")
+    failed = {r.check_id: r.message for r in results if r.status is Status.FAILED}
+    assert list(failed) == ["I9-batch-not-own-negative"], explain(results)
+    message = failed["I9-batch-not-own-negative"]
+    assert message.startswith("queue pollution") and "second half" in message
+
+
+def test_one_view_enqueued_is_a_queue_that_misses_keys():
+    """Only the keys of im_k enqueued: half of each step's arrivals never enter the queue."""
+    base = _symmetric_class()
+
+    class OneView(base):
+        def forward(self, im1, im2):
+            with torch.no_grad():
+                self._momentum_update_key_encoder()
+            loss_12, _, k2 = self.contrastive_loss(im1, im2)
+            loss_21, _, _ = self.contrastive_loss(im2, im1)
+            self._dequeue_and_enqueue(k2)
+            return loss_12 + loss_21
+
+    results, _ = grade({"MoCo": OneView}, "builder")
+    failed = {r.family for r in results if r.status is Status.FAILED}
+    assert "I3" in failed, explain(results)
+    assert not failed & {"I1", "I6", "I7", "I8", "I9"}, explain(results)
+
+
+def test_returned_pairs_reads_each_structure():
+    logits, labels = torch.randn(4, 9, requires_grad=True), torch.zeros(4, dtype=torch.long)
+    one, loss = returned_pairs((logits, labels), [], {})
+    assert len(one) == 1 and loss is None
+    two, loss = returned_pairs(((logits, labels), (logits, labels)), [], {})
+    assert len(two) == 2 and loss is None
+    captured: list = []
+    with cross_entropy_calls(captured):
+        total = F.cross_entropy(logits, labels) + torch.nn.CrossEntropyLoss()(logits, labels)
+    assert F.cross_entropy.__name__ == "cross_entropy"  # restored
+    pairs, loss = returned_pairs(total, captured, {})
+    assert len(pairs) == 2 and loss is total
+    for wrong in (logits, (logits,), "logits"):
+        try:
+            returned_pairs(wrong, [], {"type": type(wrong).__name__})
+        except TypeError as error:
+            assert "must return (logits, labels)" in str(error)
+        else:
+            raise AssertionError(f"{wrong!r} accepted")
