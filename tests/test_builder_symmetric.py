@@ -133,3 +133,30 @@ def test_returned_pairs_reads_each_structure():
             assert "must return (logits, labels)" in str(error)
         else:
             raise AssertionError(f"{wrong!r} accepted")
+
+
+def test_a_declared_variant_the_module_does_not_follow_is_named_by_the_interface_check():
+    from moco_ref.observe.options import GradeOptions
+
+    official = load_namespace(SUBMISSIONS / "builder_correct_official_style.py")
+    results, _ = grade(official, "builder", GradeOptions(variant="symmetric"))
+    failed = {r.check_id: r.message for r in results if r.status is Status.FAILED}
+    assert list(failed) == ["contract-builder-interface"], explain(results)
+    assert "--variant symmetric" in failed["contract-builder-interface"]
+    assert "asymmetric module" in failed["contract-builder-interface"]
+    results, _ = grade({"MoCo": _symmetric_class()}, "builder", GradeOptions(variant="symmetric"))
+    assert _by_id(results)["contract-builder-interface"].status is Status.PASSED
+    results, _ = grade({"MoCo": _symmetric_class()}, "builder",
+                       GradeOptions(variant="asymmetric"))
+    assert _by_id(results)["contract-builder-interface"].status is Status.FAILED
+
+
+def test_the_command_line_refuses_an_unknown_variant(capsys):
+    import pytest
+
+    from moco_ref.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["grade", str(CORRECT), "--variant", "both"])
+    assert exit_info.value.code == 2
+    assert "--variant" in capsys.readouterr().err

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from moco_ref.observe.options import STYLES, GradeOptions
+from moco_ref.observe.options import STYLES, VARIANTS, GradeOptions
 
 EXIT_OK, EXIT_BELOW, EXIT_USAGE = 0, 1, 2
 
@@ -39,6 +39,11 @@ def _add_grade(subparsers) -> None:
         help=".py, .ipynb, a folder of them, a .zip a learning platform exported, or pkg.module"
     )
     parser.add_argument("--style", choices=STYLES, help="skip style detection")
+    parser.add_argument(
+        "--variant", choices=VARIANTS,
+        help="builder: the loss the module must have, asymmetric (forward returns one (logits, "
+             "labels) pair) or symmetric (two pairs, or a loss of two halves); detected from "
+             "what forward returns when not given")
     output = parser.add_argument_group("output")
     output.add_argument("--json", action="store_true", help="print JSON to stdout, no table")
     output.add_argument("--brief", action="store_true",
@@ -174,6 +179,7 @@ def _add_run_options(parser) -> None:
 def _options_from(args: argparse.Namespace) -> GradeOptions:
     return GradeOptions(
         style=getattr(args, "style", None),
+        variant=getattr(args, "variant", None),
         temperature=getattr(args, "temperature", GradeOptions.temperature),
         expect_m=getattr(args, "expect_m", None),
         expect_capacity=getattr(args, "expect_capacity", None),

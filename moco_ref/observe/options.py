@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 STYLES = ("lab", "components", "builder")
+VARIANTS = ("asymmetric", "symmetric")  # a builder module's loss: one pair, or both views
 
 
 @dataclass(frozen=True)
 class GradeOptions:
     style: str | None = None  # None: detect from the submission's names
+    variant: str | None = None  # builder: None detects it from what forward returns
     temperature: float = 0.2
     expect_m: float | None = None  # pinned by an assignment; otherwise inferred and reported
     expect_capacity: int | None = None

@@ -350,6 +350,14 @@ def contract_builder_interface_builder(ev: BuilderEvidence) -> str | None:
              got=f"{failure.got}; and so {crash}", details={"tells_crash": crash.part})
     p = ev.probe
     step = ev.steps[0]
+    declared = ev.options.variant
+    require(declared in (None, ev.variant),
+            f"the assignment asks for a {declared} module (--variant {declared})",
+            where=builder_where(0),
+            expected=("forward returning two (logits, labels) pairs, or a loss of two halves "
+                      "(each view a query against the other view's key)"
+                      if declared == "symmetric" else "forward returning one (logits, labels)"),
+            got=f"a {ev.variant} module ({ev.record['run']['steps'][0].get('returned')})")
     require(list(step.logits.shape) == [p.batch, 1 + p.K],
             "forward must return logits [B, 1 + K]: the positive, then one column per queue entry",
             where=builder_where(0), expected=f"shape [{p.batch}, {1 + p.K}]",
