@@ -273,6 +273,9 @@ def describe_module(model: nn.Module, recorder: BuilderRecorder) -> BuilderModul
             fc = getattr(encoder, "fc", None)
             info[f"fc_{role}"] = [type(m).__name__ for m in fc.modules()] if isinstance(
                 fc, nn.Module) else []
+            info[f"fc_linear_{role}"] = [[int(m.in_features), int(m.out_features)]
+                                         for m in fc.modules() if isinstance(m, nn.Linear)
+                                         ] if isinstance(fc, nn.Module) else []
     return info
 
 

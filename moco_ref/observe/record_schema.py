@@ -218,6 +218,8 @@ BuilderModule = TypedDict("BuilderModule", {
     "requires_grad_k": list[bool],
     "fc_q": list[str],
     "fc_k": list[str],
+    "fc_linear_q": list[list[int]],  # [in_features, out_features] of each Linear in .fc
+    "fc_linear_k": list[list[int]],
 }, total=False)
 
 

@@ -382,6 +382,28 @@ BUILDER_MLP = check(
 )
 
 
+def _mlp_head_width(ev: BuilderEvidence, plain) -> None:
+    """The head's first Linear takes the features the encoder's fc takes (its in_features,
+    ``fc.weight.shape[1]``): judged from the built module, before its training says more."""
+    run = ev.record.get("mlp") or {}
+    module = run.get("module") or {}
+    for role in ("q", "k"):
+        plain_fc = plain.get(f"fc_linear_{role}") or []
+        head = module.get(f"fc_linear_{role}") or []
+        if len(plain_fc) != 1 or len(head) < 2:
+            continue
+        width, dim = plain_fc[0]
+        if head[0][0] != width:
+            shape_0 = " (fc.weight.shape[0], the output axis)" if head[0][0] == dim else ""
+            fail("the MLP head's hidden layer is sized from the wrong axis of fc.weight: "
+                 "nn.Linear stores it as [out_features, in_features], so the width of the "
+                 "features fc receives is fc.weight.shape[1]",
+                 where=f"encoder_{role} built with mlp=True",
+                 expected=f"Linear({width}, {width}) → ReLU → fc Linear({width}, {dim})",
+                 got=f"Linear{tuple(head[0])}{shape_0} in front of an fc taking {width} "
+                     "features")
+
+
 @BUILDER_MLP.judges('builder')
 def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
     """``MoCo(..., mlp=True)`` turns the last layer of both encoders into an MLP (MoCo v2:
@@ -394,6 +416,7 @@ def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
              expected="MoCo(base_encoder, dim, K, m, T, mlp=False); mlp=True puts Linear → ReLU "
                       "before each encoder's fc",
              got="a constructor without mlp (graded with its other parameters)")
+    _mlp_head_width(ev, plain)
     try:
         run = ev.require_run("mlp")
     except SubmissionError as error:  # mlp=False works: the crash is the mlp option's
