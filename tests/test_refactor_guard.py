@@ -132,3 +132,60 @@ def test_a_saved_trajectory_is_small_and_exact(recorded, tmp_path):
     old_style = tmp_path / "old.json"
     old_style.write_text(json.dumps(recorded["lab_concat"]))  # plain JSON still loads
     assert refactor_guard.load(old_style)["steps"] == recorded["lab_concat"]["steps"]
+
+
+# --------------------------------------------------------------------------- builder modules
+
+OFFICIAL = PAIR.parent.parent / "examples" / "submissions" / "builder_correct_official_style.py"
+
+
+@pytest.fixture(scope="module")
+def builder_recorded():
+    out = {}
+    for name, path in (("official", OFFICIAL),
+                       ("refactored", PAIR / "builder_refactored.py"),
+                       ("ema_skipped", PAIR / "builder_ema_skipped_after_wrap.py")):
+        observations = observe(load_namespace(path), "builder", GradeOptions())
+        out[name] = refactor_guard.trajectory_from_observations(observations, "builder", name)
+    return out
+
+
+def test_a_builder_run_is_recorded_step_by_step_with_its_laws(builder_recorded):
+    run = builder_recorded["official"]
+    assert len(run["steps"]) == 10 and len(run["laws"]["steps"]) == 10
+    first = run["steps"][0]
+    assert len(first["q"]) == 8 and len(first["logits"][0]) == 49 and len(first["queue"]) == 48
+    assert {s["loss"] for s in run["laws"]["steps"]} == {
+        "the reference logits [q·k⁺, q·queue]/T"}
+    assert run["laws"]["rules"]["K"] == 48 and run["laws"]["failed_checks"] == []
+
+
+def test_a_refactored_module_is_equivalent_up_to_rounding(builder_recorded, tmp_path, capsys):
+    """lerp_ EMA, index_copy_ ring, state_dict copy, row-wise positives: not bitwise the
+    official module's run, yet the same transition at every step."""
+    a, b = builder_recorded["official"], builder_recorded["refactored"]
+    divergence = refactor_guard.compare(a, b)
+    assert divergence is not None and divergence.where.startswith("step 0: ")
+    verdict = refactor_guard.classify(a, b)
+    assert verdict.kind == "rounding", verdict
+    assert max(verdict.growth) < 1e-2
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, trajectory in zip(paths, (a, b)):
+        refactor_guard.save(trajectory, path)
+    assert main(["compare", *map(str, paths)]) == 0
+    assert "equivalent up to rounding" in capsys.readouterr().out
+    assert main(["compare", *map(str, paths), "--bitwise"]) == 1
+
+
+def test_a_skipped_ema_after_the_wrap_is_a_behaviour_change_at_its_step(builder_recorded):
+    """The EMA skipped every other step once the queue has wrapped (step 7 is the first
+    skip: 8 steps · 8 keys > K = 48 and the step count is even)."""
+    verdict = refactor_guard.classify(builder_recorded["refactored"],
+                                      builder_recorded["ema_skipped"])
+    assert verdict.kind == "behaviour"
+    assert verdict.where == "step 7 in the key encoder's update"
+    assert verdict.detail == "A: law; B: off the EMA law"
+    from moco_ref.tools.divergence_figure import step_gaps
+
+    gaps = step_gaps(builder_recorded["refactored"], builder_recorded["ema_skipped"])
+    assert gaps["key_params"][6] == 0.0 and gaps["key_params"][8] > 0.0

@@ -7,20 +7,23 @@ from pathlib import Path
 
 import torch
 
-from moco_ref.tools.refactor_guard import STEP_QUANTITIES, Verdict
+from moco_ref.tools.refactor_guard import BUILDER_STEP_QUANTITIES, STEP_QUANTITIES, Verdict
 
 FLOAT32_EPS = float(torch.finfo(torch.float32).eps)
 PLOTTED = tuple(q for q in STEP_QUANTITIES if q != "ids")
+BUILDER_PLOTTED = BUILDER_STEP_QUANTITIES
 STYLES = {"q": ("-", "o"), "k": ("--", "s"), "grad": (":", "^"), "loss": ("-.", "v"),
-          "query_params": ("-", "x"), "key_params": ("--", "+")}
+          "query_params": ("-", "x"), "key_params": ("--", "+"), "logits": (":", "^"),
+          "queue": (":", "d")}
 
 
 def step_gaps(a: dict, b: dict) -> dict[str, list[float]]:
     """``{quantity: [largest relative difference at each step]}``."""
-    gaps: dict[str, list[float]] = {q: [] for q in PLOTTED}
+    plotted = BUILDER_PLOTTED if a.get("style") == "builder" else PLOTTED
+    gaps: dict[str, list[float]] = {q: [] for q in plotted}
     for x, y in zip(a["steps"], b["steps"]):
-        for quantity in PLOTTED:
-            if x[quantity] is None or y[quantity] is None:
+        for quantity in plotted:
+            if x.get(quantity) is None or y.get(quantity) is None:
                 gaps[quantity].append(float("nan"))
                 continue
             u = torch.tensor(x[quantity], dtype=torch.float64)

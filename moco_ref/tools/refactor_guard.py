@@ -23,6 +23,7 @@ from moco_ref.observe.options import GradeOptions
 
 FORMAT = "moco-ref-trajectory/1"
 STEP_QUANTITIES = ("ids", "q", "k", "grad", "loss", "query_params", "key_params")
+BUILDER_STEP_QUANTITIES = ("q", "k", "logits", "loss", "queue", "query_params", "key_params")
 FINAL_QUANTITIES = ("queue", "queue_ids", "history", "drift", "query_params", "key_params")
 
 
@@ -44,6 +45,8 @@ def trajectory_from_observations(observations: dict, style: str, source: str = "
 
     head = {"format": FORMAT, "submission": source, "style": style,
             "provenance": {"moco_ref": __version__, "torch": torch.__version__}}
+    if style == "builder":
+        return {**head, **_builder_trajectory(observations)}
     if style != "lab":
         return {**head, "record": _plain(observations)}
     from moco_ref.judge.evidence import LabEvidence
@@ -64,17 +67,59 @@ def trajectory_from_observations(observations: dict, style: str, source: str = "
             "warmup": _plain(observations.get("moco_warmup", {}).get("result"))}
 
 
-def _laws(observations: dict, evidence) -> dict:
+def _builder_trajectory(observations: dict) -> dict:
+    """A ``builder`` module's main run on the grader's probe, step by step: the encoders' raw
+    outputs (``q``, ``k``: both views stacked for a symmetric module), the returned logits, the
+    loss it trained on, the buffer after the forward (one row per key column) and both
+    encoders' parameters at the key forward; per step the law it followed."""
+    from moco_ref.judge.builder_evidence import BuilderEvidence
+
+    evidence = BuilderEvidence(observations, GradeOptions(style="builder"))
+    records = evidence.require_run()["steps"]
+    steps = [
+        {"step": s.index, "epoch": None, "ids": list(range(len(s.q))), "q": _plain(s.q),
+         "k": _plain(s.k), "logits": _plain(s.logits), "loss": records[t].get("loss"),
+         "queue": _plain(s.queue_after), "query_params": _plain(s.query_params),
+         "key_params": _plain(s.key_params)}
+        for t, s in enumerate(evidence.steps)
+    ]
+    last = records[-1]
+    final = {"queue": _plain(evidence.steps[-1].queue_after), "queue_ids": None,
+             "history": None, "drift": None,
+             "query_params": _plain(last["after_step"]["params_q"]),
+             "key_params": _plain(last["after_step"]["params_k"])}
+    return {"steps": steps, "final": final, "laws": _laws(observations, evidence, "builder"),
+            "warmup": None}
+
+
+def _builder_loss_laws(evidence) -> list[str | None]:
+    """Per step, the logits form that explains that step alone (None: no known form)."""
+    from moco_ref.judge.invariants import describe_logits_form, identify_logits_form
+
+    per_entry = max(1, len(evidence.logit_steps) // max(1, len(evidence.steps)))
+    laws = []
+    for t in range(len(evidence.steps)):
+        entries = evidence.logit_steps[t * per_entry:(t + 1) * per_entry]
+        fit = identify_logits_form(entries, evidence.temperature)
+        laws.append(describe_logits_form(fit.form) if fit.all_match else None)
+    return laws
+
+
+def _laws(observations: dict, evidence, style: str = "lab") -> dict:
     """Which MoCo transition each step followed, judged from that run's own recorded state:
     the loss form (``None``: no known form) and whether the key update obeyed the EMA law;
     plus the run's hyperparameters and the checks it fails."""
     from moco_ref.judge.judge import judge
 
-    results, inferred = judge(observations, "lab", GradeOptions(style="lab"))
+    results, inferred = judge(observations, style, GradeOptions(style=style))
     per_step = [{"loss": None, "ema": "law"} for _ in evidence.steps]
     try:
-        for t, step in enumerate(evidence.loss_diagnosis.steps):
-            per_step[t]["loss"] = None if step.form is None else step.form.describe()
+        if style == "builder":
+            for t, law in enumerate(_builder_loss_laws(evidence)):
+                per_step[t]["loss"] = law
+        else:
+            for t, step in enumerate(evidence.loss_diagnosis.steps):
+                per_step[t]["loss"] = None if step.form is None else step.form.describe()
     except Exception:  # noqa: BLE001 - a loss the judge cannot read stays unknown
         pass
     try:
@@ -86,7 +131,9 @@ def _laws(observations: dict, evidence) -> dict:
         pass
     failed = sorted(r.check_id for r in results if r.status.value not in ("passed",
                                                                            "not applicable"))
-    rules = {key: inferred.get(key) for key in ("m", "capacity", "batch_size")}
+    rules = {key: inferred.get(key) for key in (
+        ("m", "K", "batch_size", "temperature", "order", "variant") if style == "builder"
+        else ("m", "capacity", "batch_size"))}
     return {"steps": per_step, "rules": _plain(rules), "failed_checks": failed}
 
 
@@ -141,7 +188,7 @@ def classify(a: dict, b: dict) -> Verdict:
                        "carry no per-step laws: record them again to tell rounding apart)")
     for t, (x, y) in enumerate(zip(a["steps"], b["steps"])):
         if x["ids"] != y["ids"]:  # integers: no rounding explains a different batch
-            return Verdict("behaviour", f"step {t} (epoch {x['epoch']}) in the batch's ids",
+            return Verdict("behaviour", f"{_step_name(t, x)} in the batch's ids",
                            f"A {_brief(x['ids'])}, B {_brief(y['ids'])}")
     if a["final"]["queue_ids"] != b["final"]["queue_ids"]:
         return Verdict("behaviour", "the end of training in queue_ids",
@@ -149,12 +196,12 @@ def classify(a: dict, b: dict) -> Verdict:
                                            0.0, 0.0) or "they differ")
     la, lb = a["laws"], b["laws"]
     for t, (x, y) in enumerate(zip(la["steps"], lb["steps"])):
-        epoch = a["steps"][t]["epoch"] if t < len(a["steps"]) else "?"
+        name = _step_name(t, a["steps"][t] if t < len(a["steps"]) else {"epoch": "?"})
         for quantity, what in (("loss", "the loss"), ("ema", "the key encoder's update")):
             if x[quantity] != y[quantity] or x[quantity] is None:
                 shown = {key: ("no known form" if value is None else value)
                          for key, value in (("A", x[quantity]), ("B", y[quantity]))}
-                return Verdict("behaviour", f"step {t} (epoch {epoch}) in {what}",
+                return Verdict("behaviour", f"{name} in {what}",
                                f"A: {shown['A']}; B: {shown['B']}")
     if len(la["steps"]) != len(lb["steps"]):
         return Verdict("behaviour", f"step {min(len(la['steps']), len(lb['steps']))}",
@@ -171,6 +218,13 @@ def classify(a: dict, b: dict) -> Verdict:
     growth = tuple(_relative_gap(x["k"], y["k"]) for x, y in zip(a["steps"], b["steps"]))
     law = "; ".join(sorted({s["loss"] for s in la["steps"] if s["loss"]})) or "the reference"
     return Verdict("rounding", detail=law, growth=growth)
+
+
+def _step_name(t: int, step: dict, ids: bool = False) -> str:
+    """``step 3 (epoch 1, ids [..])`` for a LAB run; ``step 3`` for a module (no epochs)."""
+    if step.get("epoch") is None:
+        return f"step {t}"
+    return f"step {t} (epoch {step['epoch']}" + (f", ids {_brief(step['ids'])})" if ids else ")")
 
 
 def _relative_gap(x, y) -> float:
@@ -221,11 +275,12 @@ def compare(a: dict, b: dict, rtol: float = 0.0, atol: float = 0.0) -> Divergenc
         return Divergence("the style", f"A is {a['style']}, B is {b['style']}")
     if "record" in a:
         return _compare_tree(a["record"], b.get("record"), "record", rtol, atol)
+    quantities = BUILDER_STEP_QUANTITIES if a["style"] == "builder" else STEP_QUANTITIES
     for t, (x, y) in enumerate(zip(a["steps"], b["steps"])):
-        for quantity in STEP_QUANTITIES:
-            difference = _numeric_difference(x[quantity], y[quantity], rtol, atol)
+        for quantity in quantities:
+            difference = _numeric_difference(x.get(quantity), y.get(quantity), rtol, atol)
             if difference:
-                return Divergence(f"step {t} (epoch {x['epoch']}, ids {_brief(x['ids'])}): "
+                return Divergence(f"{_step_name(t, x, ids=True)}: "
                                   f"{quantity}", difference)
     if len(a["steps"]) != len(b["steps"]):
         return Divergence(f"step {min(len(a['steps']), len(b['steps']))}",
