@@ -45,7 +45,7 @@ def test_training_step(benchmark, kind, K):
     assert torch.isfinite(loss)
 
 
-ROUNDS = 15
+ROUNDS = 25
 
 
 def _bootstrap_interval(ratios: list[float], draws: int = 2000, level: float = 0.95):

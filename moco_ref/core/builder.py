@@ -124,7 +124,7 @@ class MoCo(nn.Module):
         if self.order == "lab":
             self._momentum_update_key_encoder()
         k = self._encode_keys(im_k)  # [B, dim]
-        negatives = self.queue.T.clone()  # [K, dim]; the enqueue below must not touch it
+        negatives = self.queue.clone().T  # [K, dim]; the enqueue below must not touch it
         if ids is None:
             logits = contrastive_logits(q, k, negatives, None, None, self.T)
             ids = torch.full((len(q),), NO_SOURCE, dtype=torch.long, device=q.device)
