@@ -160,3 +160,17 @@ def test_the_command_line_refuses_an_unknown_variant(capsys):
         main(["grade", str(CORRECT), "--variant", "both"])
     assert exit_info.value.code == 2
     assert "--variant" in capsys.readouterr().err
+
+
+def test_malformed_pairs_are_refused_by_the_record_check():
+    from moco_ref.judge.record import validate_part
+    from moco_ref.observe.builder_observer import observe_builder
+    from moco_ref.observe.options import GradeOptions
+    from moco_ref.observe.parts import WHOLE
+    from tests.conformance_support import round_trip
+
+    record = round_trip(observe_builder({"MoCo": _symmetric_class()}, GradeOptions()))
+    assert validate_part("builder", WHOLE, record, {}, GradeOptions()) == ""
+    record["run"]["steps"][0]["pairs"][1] = {"logits": "0.0", "labels": torch.zeros(8)}
+    problem = validate_part("builder", WHOLE, record, {}, GradeOptions())
+    assert "pair 1 logits is not a tensor" in problem

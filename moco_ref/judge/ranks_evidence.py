@@ -136,14 +136,20 @@ class RanksEvidence:
         for event in record["events"]:
             if event["role"] == "q" and event["rows"].tolist() and bool(
                     (event["views"] == QUERY_VIEW).all()) and sorted(
-                    event["rows"].tolist()) == rows:
+                    event["rows"].tolist()) == rows and event["output"].ndim == 2 and len(
+                    event["output"]) == len(rows):
                 q = torch.empty_like(event["output"], dtype=torch.float64)
                 q[event["rows"] - rows[0]] = event["output"].to(torch.float64)
                 break
         else:
             raise SubmissionError(f"at step {t} of the two-process run encoder_q of rank {rank} "
                                   "did not run once on that rank's im_q")
-        return RankStep(rank, t, q, record["logits"].to(torch.float64),
+        logits = record["logits"]
+        if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or len(logits) != len(rows):
+            raise SubmissionError(f"at step {t} of the two-process run rank {rank} returned "
+                                  f"logits of shape {list(getattr(logits, 'shape', []))}, not "
+                                  f"[{len(rows)}, 1 + K]")
+        return RankStep(rank, t, q, logits.to(torch.float64),
                         self._columns(record["before"].get("queue")),
                         self._columns(record["after_forward"].get("queue")),
                         _pointer(record["before"].get("queue_ptr")))
@@ -156,6 +162,8 @@ class RanksEvidence:
                 if event["role"] != "k":
                     continue
                 output = event["output"].to(torch.float64)
+                if output.ndim != 2 or output.shape[1] != self.probe.dim:
+                    continue  # not a key of this probe's width: no candidate
                 for view, image, raw in zip(event["views"].tolist(), event["rows"].tolist(),
                                             output):
                     if view == KEY_VIEW and image >= 0:

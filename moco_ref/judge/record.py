@@ -482,6 +482,17 @@ def _builder(data, options: GradeOptions) -> None:
                     _entries(step[state], record_type, f"{where}.{state}")
             for e, event in enumerate(step.get("events") or []):
                 _entries(event, schema.BuilderForward, f"{where}'s forward {e}")
+            pairs = step.get("pairs")
+            if pairs is not None:
+                _need(isinstance(pairs, list) and len(pairs) == 2,
+                      f"{where}'s pairs are not a list of two")
+                for i, pair in enumerate(pairs):
+                    _need(isinstance(pair, dict) and set(pair) == {"logits", "labels"},
+                          f"{where}'s pair {i} is not {{logits, labels}}")
+                    _tensor(pair["logits"], f"{where}'s pair {i} logits", ndim=2)
+                    _tensor(pair["labels"], f"{where}'s pair {i} labels")
+            if "loss_returned" in step:
+                _bool(step["loss_returned"], f"{where}.loss_returned")
     try:
         from moco_ref.observe.builder_probe import default_builder_probe
     except ImportError:
