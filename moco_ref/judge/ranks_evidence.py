@@ -27,6 +27,8 @@ from moco_ref.observe.builder_ranks import ranks_probe
 
 QUERY_VIEW, KEY_VIEW = 0, 1
 MATCH_TOLERANCE = 1e-4  # relative: a copy of a key, a positive logit explained
+SYMMETRIC_RANKS = ("does not apply: the two-process run is judged for the official interface (one "
+                   "pair per forward); this module is symmetric")
 PEER_ERRORS = ("Connection closed by peer", "Connection reset by peer", "DistBackendError",
                "Gloo", "gloo")
 

@@ -29,6 +29,7 @@ from moco_ref.judge.invariants import (
     rotation_of,
 )
 from moco_ref.judge.invariants.buffer import UNKNOWN, pointer_after
+from moco_ref.judge.ranks_evidence import SYMMETRIC_RANKS
 from moco_ref.judge.registry import check
 from moco_ref.observe.strategies import QueueCase
 
@@ -331,9 +332,6 @@ def i3_ids_move_with_keys_components(ev: ComponentsEvidence) -> str | None:
                 got=f"ids {fmt_ids(observed)}")
     return None
 
-
-SYMMETRIC_RANKS = ("does not apply: the two-process run is judged for the official interface (one "
-                   "pair per forward); this module is symmetric")
 
 KEYS_OF_ALL_RANKS = check(
     "I3-keys-of-all-ranks",

@@ -40,6 +40,7 @@ from moco_ref.judge.invariants import (
 from moco_ref.judge.invariants.logits import BUILDER_FORM, masked_columns
 from moco_ref.judge.invariants.loss import FORM_TEXT, TEMPERATURE_RULES
 from moco_ref.judge.invariants.loss_diagnosis import departure
+from moco_ref.judge.ranks_evidence import SYMMETRIC_RANKS
 from moco_ref.judge.registry import check
 
 LOSS_MATCHES_RECOMPUTATION = check(
@@ -378,9 +379,6 @@ def i8_key_from_other_view_lab(ev: LabEvidence) -> str | None:
                  got=f"both encoders' inputs from {source}")
     return None
 
-
-SYMMETRIC_RANKS = ("does not apply: the two-process run is judged for the official interface (one "
-                   "pair per forward); this module is symmetric")
 
 POSITIVE_ACROSS_RANKS = check(
     "I8-positive-across-ranks",
