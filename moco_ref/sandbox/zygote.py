@@ -55,8 +55,9 @@ import time
 from moco_ref.sandbox import procs
 
 REQUIRED_PRELOAD = ("torch", "torch.nn", "torch.optim", "moco_ref.observe.worker")
-# what LAB submissions and notebooks import; not torchvision: LAB code does not use it and its
-# import pulls in torch's compiler (1.4 s) — a submission that imports it pays that itself
+# what LAB submissions and notebooks import, warmed while idle; not torchvision: LAB code does
+# not use it and its import pulls in torch's compiler (1.4 s) — a submission that imports it
+# pays that itself
 OPTIONAL_PRELOAD = ("numpy", "nbformat", "hypothesis", "matplotlib.pyplot")
 MAX_MESSAGE = 1 << 16
 CHANNEL_FD = 3  # where the worker finds its observation channel
@@ -86,26 +87,33 @@ def send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> No
 
 
 def _preload() -> dict:
-    loaded, missing = [], {}
+    """What every job needs, imported before the hello: torch and the observer (and optimizers
+    made eager). The rest is warmed while the zygote is idle (``_idle_warm_ups``)."""
+    loaded = []
     for name in REQUIRED_PRELOAD:
         importlib.import_module(name)
         loaded.append(name)
-    for name in OPTIONAL_PRELOAD:
-        try:
-            importlib.import_module(name)
-            loaded.append(name)
-        except Exception as exc:  # noqa: BLE001 - optional: a submission imports it itself
-            missing[name] = f"{type(exc).__name__}: {exc}"
     eager = eager_optimizers()
-    try:  # the default seed's cases, drawn once here instead of in every job
-        from moco_ref.observe.strategies import component_cases
-
-        for kind in ("queue", "ema", "logits", "loss"):
-            component_cases(kind, 0)
-    except Exception as exc:  # noqa: BLE001
-        missing["component cases"] = f"{type(exc).__name__}: {exc}"
-    return {"loaded": loaded, "missing": missing, "eager_optimizer_wrappers": eager,
+    return {"loaded": loaded, "deferred": [*OPTIONAL_PRELOAD, "component cases"],
+            "eager_optimizer_wrappers": eager,
             "compiler_imported": "torch._dynamo" in sys.modules}
+
+
+def _draw_component_cases() -> None:
+    """The default seed's cases, drawn once here instead of in every components job."""
+    from moco_ref.observe.strategies import component_cases
+
+    for kind in ("queue", "ema", "logits", "loss"):
+        component_cases(kind, 0)
+
+
+def _idle_warm_ups() -> list:
+    """Imports a submission may need and the component cases, one step at a time, for when no
+    request is waiting: a job asked for meanwhile starts at once (it imports what it uses
+    itself), and jobs started later find them ready. Each step is quick (≤ 0.5 s) and
+    single-threaded, so forking stays safe between them."""
+    steps = [lambda name=name: importlib.import_module(name) for name in OPTIONAL_PRELOAD]
+    return [*steps, _draw_component_cases]
 
 
 def eager_optimizers() -> int:
@@ -204,9 +212,16 @@ def serve(control_fd: int, sandboxed: bool = False) -> int:
                 "isolation": isolation, "isolation_error": isolation_error,
                 "subreaper": subreaper})
     jobs: dict[int, str] = {}  # supervisor pid -> job id
+    warm_ups = _idle_warm_ups()
     try:
         while True:
-            ready, _, _ = select.select([sock, wake_r], [], [], 1.0)
+            ready, _, _ = select.select([sock, wake_r], [], [], 0.0 if warm_ups else 1.0)
+            if not ready and warm_ups:
+                try:
+                    warm_ups.pop(0)()
+                except Exception:  # noqa: BLE001 - optional: a job does without it
+                    pass
+                continue
             if sock in ready:
                 try:
                     data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 8)
