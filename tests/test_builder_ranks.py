@@ -166,3 +166,25 @@ def test_a_record_with_unexpected_entries_in_a_rank_run_is_invalid(official_rank
                         "runs": [{**official_ranks["runs"][0], "verdict": "full marks"}]}}
     problem = validate_part("builder", WHOLE, record, {}, GradeOptions())
     assert "rank 0" in problem and "never writes" in problem
+
+
+def test_a_rank_stuck_in_a_collective_is_stopped_and_told_once():
+    """Rank 0 waits in a barrier rank 1 never reaches: the collective times out, both ranks
+    are ended within the run's budget, and the two across-ranks checks tell it once."""
+    from moco_ref.observe import builder_ranks
+
+    namespace = load_namespace(OFFICIAL)
+    base = namespace["MoCo"]
+
+    class WaitsOnRankZero(base):
+        def forward(self, im_q, im_k):
+            if torch.distributed.get_rank() == 0:
+                torch.distributed.barrier()
+            return super().forward(im_q, im_k)
+
+    started = time.monotonic()
+    ranks = _ranks(WaitsOnRankZero)
+    assert time.monotonic() - started < builder_ranks.RANKS_SECONDS + 5
+    ev = _evidence(ranks)
+    with pytest.raises(Exception, match="rank"):
+        ev.ranks.runs  # noqa: B018

@@ -109,7 +109,12 @@ class RanksEvidence:
                 "it trains in one process",
                 str(run["error"]))
         if ranks.get("error") or len(runs) != self.world:
-            raise SubmissionError(f"the two-process run is incomplete: {ranks.get('error')}")
+            p = self.probe
+            raise SubmissionCrashed(
+                "ranks",
+                f"trained on {self.world} processes (gloo, {p.batch} images per rank, "
+                f"K = {p.K}), the module did not finish although it trains in one process",
+                str(ranks.get("error") or f"{len(runs)} of {self.world} ranks sent a run"))
         return runs
 
     @cached_property

@@ -1,22 +1,21 @@
-"""The ``builder`` probe's two-process run: runs INSIDE the submission's process (and one child
-of it) and records what an official-style module does when trained on two ranks.
+"""The ``builder`` probe's two-process run: runs INSIDE the submission's process (and two
+children of it) and records what an official-style module does when trained on two ranks.
 
-The submission's process forks once: the parent is rank 0, the child rank 1. Both join a gloo
-group (CPU, a ``file://`` rendezvous, loopback sockets), build the module with the same seed,
-keep it in step as the official script's ``DistributedDataParallel`` does (parameters and
-buffers from rank 0 at the start, buffers from rank 0 before every forward, gradients averaged
-after every backward: ``DataParallelStep``, plain collectives the probe controls, with no
-reducer threads in a process that forks),
-and train it on
-their own shard of one *world batch* of ``ranks · batch`` images (rank r takes rows
+The submission's process forks one child per rank and waits for both (at most
+``RANKS_SECONDS``, then it kills them), so nothing in it ever waits on a collective. Both
+children join a gloo group (CPU, a ``file://`` rendezvous, loopback sockets), build the module
+with the same seed, keep it in step as the official script's ``DistributedDataParallel`` does
+(parameters and buffers from rank 0 at the start, buffers from rank 0 before every forward,
+gradients averaged after every backward: ``DataParallelStep``, plain collectives the probe
+controls, with no reducer threads in a process that forks), and train it on their own shard
+of one *world batch* of ``ranks · batch`` images (rank r takes rows
 ``r·batch … (r+1)·batch − 1``). After the build each rank draws from its own random stream
 (as ranks do without a shared ``--seed``), so a shuffle that is not broadcast from rank 0
 differs between ranks.
 
 Every image of the world batch is registered with each rank's recorder under its *global* row,
-so a forward on rows gathered from the other rank is traced to their images. The child sends
-its run to the parent through a pipe (``torch.save`` of plain data); the parent keeps both.
-Nothing here judges.
+so a forward on rows gathered from the other rank is traced to their images. Each child sends
+its run through a pipe (``torch.save`` of plain data). Nothing here judges.
 """
 
 from __future__ import annotations
@@ -46,8 +45,8 @@ from moco_ref.observe.builder_probe import (
 from moco_ref.observe.record_schema import BuilderRanks, BuilderRun
 from moco_ref.observe.tracebacks import submission_error_text
 
-COLLECTIVE_TIMEOUT = timedelta(seconds=20)  # a rank stuck in a collective its peer left
-CHILD_GRACE_SECONDS = 5.0  # how long rank 0 waits for rank 1's record after its own run
+COLLECTIVE_TIMEOUT = timedelta(seconds=8)  # a rank stuck in a collective its peer left
+RANKS_SECONDS = 12.0  # the whole two-process run; a correct module needs well under 1 s
 MAX_RECORD_BYTES = 64 * 2**20
 
 
@@ -137,32 +136,48 @@ def _send(fd: int, run: BuilderRun) -> None:
         pipe.write(len(data).to_bytes(8, "little") + data)
 
 
-def _receive(fd: int, deadline: float) -> BuilderRun | str:
-    """Rank 1's run, or why it could not be read (the child is then killed by the caller)."""
-    data = b""
-    with os.fdopen(fd, "rb", buffering=0) as pipe:
-        while True:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                return "rank 1 did not finish in time"
-            ready, _, _ = select.select([pipe], [], [], wait)
-            if not ready:
+def _receive_all(pipes: dict[int, int], deadline: float) -> dict[int, bytes | str]:
+    """Every rank's bytes, read from all pipes at once (a rank blocks on a full pipe until it
+    is read); a rank still writing at ``deadline``, or sending too much, gets a reason."""
+    data = {rank: b"" for rank in pipes}
+    open_fds = {fd: rank for rank, fd in pipes.items()}
+    result: dict[int, bytes | str] = {}
+    while open_fds:
+        wait = deadline - time.monotonic()
+        if wait <= 0:
+            for rank in open_fds.values():
+                result[rank] = (f"rank {rank} did not finish within {RANKS_SECONDS:g} s (a "
+                                "collective the other rank never joined, or a loop)")
+            break
+        ready, _, _ = select.select(list(open_fds), [], [], wait)
+        for fd in ready:
+            chunk = os.read(fd, 1 << 20)
+            rank = open_fds[fd]
+            if chunk and len(data[rank]) + len(chunk) <= MAX_RECORD_BYTES + 8:
+                data[rank] += chunk
                 continue
-            chunk = pipe.read(1 << 20)
-            if not chunk:
-                break
-            data += chunk
-            if len(data) > MAX_RECORD_BYTES + 8:
-                return "rank 1's record is too large"
+            if chunk:
+                result[rank] = f"rank {rank}'s record is larger than {MAX_RECORD_BYTES} bytes"
+            del open_fds[fd]
+    for rank, fd in pipes.items():
+        os.close(fd)
+        result.setdefault(rank, data[rank])
+    return result
+
+
+def _decode(rank: int, data: bytes | str) -> BuilderRun | str:
+    if isinstance(data, str):
+        return data
     size = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
     if size != len(data) - 8:
-        return "rank 1 ended without sending its record"
+        return f"rank {rank} ended without sending its run (it was killed, or exited)"
     run = torch.load(io.BytesIO(data[8:]), weights_only=True)
-    return run if isinstance(run, dict) else "rank 1 sent no run"
+    return run if isinstance(run, dict) else f"rank {rank} sent no run"
 
 
 def observe_ranks(moco_class, probe: BuilderProbe) -> BuilderRanks:
-    """Train ``moco_class`` on ``probe.ranks`` (two) processes; both ranks' runs.
+    """Train ``moco_class`` on ``probe.ranks`` (two) processes, each a child of this one (so
+    nothing here waits on a collective, and this process's state is untouched); both runs.
 
     Must be called outside any process group (``dist.is_initialized()`` False)."""
     probe = ranks_probe(probe)
@@ -172,40 +187,45 @@ def observe_ranks(moco_class, probe: BuilderProbe) -> BuilderRanks:
         return result
     saved_interface = os.environ.get("GLOO_SOCKET_IFNAME")
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    children: list[int] = []
     try:
         with tempfile.TemporaryDirectory(prefix="moco-ref-ranks-") as folder:
-            read_end, write_end = os.pipe()
-            child = os.fork()
-            if child == 0:  # rank 1: its run, then gone without running anyone's cleanup
-                code = 0
-                try:
-                    os.close(read_end)
-                    _send(write_end, _rank_run(moco_class, probe, 1, folder))
-                except BaseException:  # noqa: BLE001
-                    code = 1
-                finally:
-                    os._exit(code)
-            os.close(write_end)
-            own = _rank_run(moco_class, probe, 0, folder)
-            other = _receive(read_end, time.monotonic() + CHILD_GRACE_SECONDS
-                             + COLLECTIVE_TIMEOUT.total_seconds())
-            _reap(child)
+            pipes = {}
+            for rank in range(probe.ranks):
+                read_end, write_end = os.pipe()
+                child = os.fork()
+                if child == 0:  # one rank: its run, then gone without anyone's cleanup
+                    code = 0
+                    try:
+                        os.close(read_end)
+                        for other in pipes.values():
+                            os.close(other)
+                        _send(write_end, _rank_run(moco_class, probe, rank, folder))
+                    except BaseException:  # noqa: BLE001
+                        code = 1
+                    finally:
+                        os._exit(code)
+                os.close(write_end)
+                pipes[rank] = read_end
+                children.append(child)
+            received = _receive_all(pipes, time.monotonic() + RANKS_SECONDS)
     finally:
+        for child in children:
+            _reap(child)
         if saved_interface is None:
             os.environ.pop("GLOO_SOCKET_IFNAME", None)
         else:
             os.environ["GLOO_SOCKET_IFNAME"] = saved_interface
-    if isinstance(other, str):
-        result["error"] = other
-        result["runs"] = [own]
-    else:
-        result["runs"] = [own, other]
+    runs = {rank: _decode(rank, data) for rank, data in received.items()}
+    missing = [why for why in runs.values() if isinstance(why, str)]
+    result["runs"] = [run for _, run in sorted(runs.items()) if not isinstance(run, str)]
+    result["error"] = "; ".join(missing) or None
     return result
 
 
 def _reap(child: int) -> None:
-    """Wait briefly for rank 1 to exit, then kill it."""
-    deadline = time.monotonic() + 2.0
+    """Wait briefly for a rank to exit, then kill it."""
+    deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
         pid, _ = os.waitpid(child, os.WNOHANG)
         if pid:
