@@ -174,3 +174,23 @@ def test_malformed_pairs_are_refused_by_the_record_check():
     record["run"]["steps"][0]["pairs"][1] = {"logits": "0.0", "labels": torch.zeros(8)}
     problem = validate_part("builder", WHOLE, record, {}, GradeOptions())
     assert "pair 1 logits is not a tensor" in problem
+
+
+def test_keys_enqueued_before_both_halves_are_named_by_i9_alone():
+    """Both views' keys enqueued before either loss: each query meets its own positive among
+    the negatives, in both halves."""
+    base = _symmetric_class()
+
+    class EnqueuesFirst(base):
+        def forward(self, im1, im2):
+            with torch.no_grad():
+                self._momentum_update_key_encoder()
+                self._dequeue_and_enqueue(torch.cat([self._keys(im1), self._keys(im2)]))
+            loss_12, _, _ = self.contrastive_loss(im1, im2)
+            loss_21, _, _ = self.contrastive_loss(im2, im1)
+            return loss_12 + loss_21
+
+    results, _ = grade({"MoCo": EnqueuesFirst}, "builder")
+    failed = {r.check_id: r.message for r in results if r.status is Status.FAILED}
+    assert list(failed) == ["I9-batch-not-own-negative"], explain(results)
+    assert "negatives of both halves" in failed["I9-batch-not-own-negative"]

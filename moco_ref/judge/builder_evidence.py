@@ -36,6 +36,7 @@ from moco_ref.judge.invariants import (
     initial_labels,
     trace_columns,
 )
+from moco_ref.judge.invariants.logits import BUILDER_FORM, expected_logits, logits_error
 from moco_ref.judge.ranks_evidence import RanksEvidence
 from moco_ref.observe import record_schema as schema
 from moco_ref.observe.builder_probe import BuilderProbe
@@ -43,6 +44,7 @@ from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.parts import WHOLE
 
 QUERY_VIEW, KEY_VIEW = 0, 1
+POLLUTED_FORM = replace(BUILDER_FORM, negatives="after")
 
 
 def builder_where(step: int) -> str:
@@ -103,6 +105,7 @@ class BuilderEvidence:
         self.view_batch = self.probe.batch  # images per view and step
         self.warmup = {}
         self.variant = self._variant()
+        self.pollution: dict[int, str] = {}  # symmetric: which halves a polluted queue reached
         if self.variant == SYMMETRIC:  # both views' keys arrive: 2B entries per step
             self.probe = replace(self.probe, batch=2 * self.view_batch)
 
@@ -460,21 +463,31 @@ class BuilderEvidence:
         return steps
 
     def _half_logits(self, step: BuilderStep) -> list[StepLogits]:
-        """Both halves of a symmetric step. "before" is the queue before the step for both;
-        "after" is, for the first half, that same queue (nothing of this step can precede it
-        correctly or not) and, for the second, the queue with the first half's keys written at
-        the pointer — so a module that enqueues between the halves (queue pollution) is the
-        "negatives after" form, named by I9."""
+        """Both halves of a symmetric step. "before" is the queue before the step for both.
+        "after" is the queue a polluting module would have used, whichever of its two shapes
+        explains the half's logits better: both views' keys enqueued before both halves (the
+        buffer after the step), or — for the second half — the first half's keys enqueued
+        between the halves (for the first half the other shape is the queue before the step:
+        nothing of this step precedes it). Either pollution is then the "negatives after"
+        form, named by I9; ``pollution`` records which one each step's halves fit."""
         K, B = self.probe.K, self.view_batch
         (q0, k0, logits0), (q1, k1, logits1) = step.halves
         middle = step.queue_before.clone()
         start = (step.ptr_before or 0) % K
         middle[[(start + i) % K for i in range(B)]] = torch.nn.functional.normalize(
             step.views_k[k0], dim=1)
-        return [StepLogits(step.views_q[q0], step.views_k[k0], logits0,
-                           {"before": step.queue_before, "after": step.queue_before}),
-                StepLogits(step.views_q[q1], step.views_k[k1], logits1,
-                           {"before": step.queue_before, "after": middle})]
+        halves = []
+        for (q, k, logits), polluted in (((q0, k0, logits0), step.queue_before),
+                                         ((q1, k1, logits1), middle)):
+            options = [StepLogits(step.views_q[q], step.views_k[k], logits,
+                                  {"before": step.queue_before, "after": after})
+                       for after in (polluted, step.queue_after)]
+            errors = [logits_error(o.logits, expected_logits(POLLUTED_FORM, o, self.temperature))
+                      for o in options]
+            halves.append(options[int(errors[1] < errors[0])])
+        self.pollution[step.index] = ("both halves" if halves[0].negatives["after"] is
+                                      step.queue_after else "second half")
+        return halves
 
     @cached_property
     def logits(self) -> LogitsFit:

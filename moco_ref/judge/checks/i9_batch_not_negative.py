@@ -56,6 +56,13 @@ def i9_batch_not_own_negative_builder(ev: BuilderEvidence) -> str | None:
     if fit.form.negatives == "before":
         return None
     step = ev.steps[0]
+    if ev.variant == SYMMETRIC and ev.pollution.get(step.index) == "both halves":
+        fail("the step's keys were negatives of both halves (both views' keys enqueued before "
+             "the losses; enqueue them after both)", where=ev.logit_where(0),
+             expected=f"negatives from the queue before the step ({pointer_text(step)}), for "
+                      "both halves",
+             got=f"the queue after enqueueing this step's {ev.probe.batch} keys: each query "
+                 "meets its own positive (and its image's other key) among its negatives")
     if ev.variant == SYMMETRIC:
         (_, first_keys, _), (second_queries, _, _) = step.halves
         fail("queue pollution: the first half's keys were negatives of the second half (they "
