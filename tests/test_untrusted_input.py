@@ -12,6 +12,7 @@ import torch
 from moco_ref.judge.record import MAX_PART_TENSOR_BYTES, Invalid, _plain
 from moco_ref.judge.untrusted import clean_text
 from moco_ref.observe import channel
+from moco_ref.observe.options import GradeOptions
 
 
 @pytest.mark.parametrize(
@@ -135,3 +136,59 @@ def test_a_classmate_beside_the_submission_cannot_be_imported(tmp_path):
     assert "No module named 'alice'" in report.traceback
     assert str(bob) in report.traceback  # shown at its own path, not the copy's
     assert "moco-ref-grade-" not in report.traceback
+
+
+# --------------------------------------------------------------------------- builder forgery
+
+
+def _builder_record(path="builder_correct_official_style.py"):
+    from moco_ref.observe.builder_observer import observe_builder
+    from tests.conformance_support import SUBMISSIONS, load_namespace, round_trip
+
+    return round_trip(observe_builder(load_namespace(SUBMISSIONS / path), GradeOptions()))
+
+
+def test_a_rewritten_builder_forward_is_found_by_recomputation():
+    """Every recorded forward of the intact probe encoder is recomputed from the parameters
+    recorded with it and the probe's images: a nudge of 1e-3 in one key, in the main run or
+    in rank 1's run, is refused; the honest record passes."""
+    from moco_ref.judge.record import validate_part
+    from moco_ref.observe.parts import WHOLE
+
+    record = _builder_record()
+    assert validate_part("builder", WHOLE, record, {}, GradeOptions()) == ""
+    record["run"]["steps"][4]["events"][1]["output"][2, 3] *= 1.001
+    problem = validate_part("builder", WHOLE, record, {}, GradeOptions())
+    assert "main run's step 4, forward 1" in problem and "altered" in problem
+    record = _builder_record()
+    record["ranks"]["runs"][1]["steps"][0]["events"][0]["output"][0, 0] += 1e-3
+    assert "rank 1 run's step 0" in validate_part("builder", WHOLE, record, {}, GradeOptions())
+
+
+def test_a_changed_encoder_is_not_recomputed():
+    """An encoder whose layers the module replaced is not the probe's: its forwards are not
+    recomputed, so a module that changes its encoder is never taken for a forger."""
+    from torch import nn
+
+    from moco_ref.judge.record import validate_part
+    from moco_ref.observe.builder_observer import observe_builder
+    from moco_ref.observe.builder_probe import ProbeEncoder, is_intact_probe_encoder
+    from moco_ref.observe.parts import WHOLE
+    from tests.conformance_support import SUBMISSIONS, load_namespace, round_trip
+
+    encoder = ProbeEncoder(16)
+    assert is_intact_probe_encoder(encoder)
+    encoder.body[2] = nn.LeakyReLU()
+    assert not is_intact_probe_encoder(encoder)
+    official = load_namespace(SUBMISSIONS / "builder_correct_official_style.py")["MoCo"]
+
+    class Leaky(official):
+        def __init__(self, base_encoder, **kwargs):
+            super().__init__(base_encoder, **kwargs)
+            for net in (self.encoder_q, self.encoder_k):
+                net.body[2] = nn.LeakyReLU()
+
+    record = round_trip(observe_builder({"MoCo": Leaky}, GradeOptions()))
+    events = record["run"]["steps"][0]["events"]
+    assert events and not any(event["probe_encoder"] for event in events)
+    assert validate_part("builder", WHOLE, record, {}, GradeOptions()) == ""

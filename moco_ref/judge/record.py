@@ -357,6 +357,50 @@ def _forwards(events: list, view_calls: list, recorder) -> None:
                 "input: observations were altered")
 
 
+BUILDER_FORWARD_TOLERANCE = 1e-4  # relative to max(1, the largest output)
+
+
+def _builder_forwards(name: str, run: dict, probe) -> None:
+    """Every recorded forward of the intact probe encoder in training mode is what that
+    encoder computes from the parameters recorded with it on the images its rows name."""
+    from moco_ref.observe.builder_probe import ProbeEncoder, probe_images, ragged_probe
+    from moco_ref.observe.builder_ranks import ranks_probe, world_images
+
+    if name == "ragged":
+        probe = ragged_probe(probe)
+    elif name.startswith("rank"):
+        probe = ranks_probe(probe)
+    net = ProbeEncoder(probe.dim).train()
+    target = torch.nn.utils.parameters_to_vector(net.parameters())
+    for t, step in enumerate(run.get("steps") or []):
+        images = world_images(probe, t) if name.startswith("rank") else probe_images(probe, t)
+        for e, event in enumerate(step.get("events") or []):
+            if not (event.get("probe_encoder") is True and event.get("training") is True
+                    and event.get("role") in ("q", "k")):
+                continue
+            params = event.get(f"params_{event['role']}")
+            views, rows, output = event.get("views"), event.get("rows"), event.get("output")
+            if not all(isinstance(v, torch.Tensor) for v in (params, views, rows, output)) or \
+                    params.numel() != target.numel() or output.ndim != 2 or \
+                    len(rows) != len(output) or len(views) != len(rows) or len(rows) < 2:
+                continue
+            if not bool(((views == 0) | (views == 1)).all()) or not bool(
+                    ((rows >= 0) & (rows < len(images[0]))).all()):
+                continue  # rows the probe cannot trace: nothing to recompute with
+            x = torch.stack([images[int(v)][int(r)] for v, r in zip(views, rows)])
+            torch.nn.utils.vector_to_parameters(params.to(target.dtype), net.parameters())
+            with torch.no_grad():
+                recomputed = net(x)
+            scale = max(1.0, float(recomputed.abs().max()))
+            worst = float((recomputed - output.to(recomputed.dtype)).abs().max()) / scale
+            _need(worst <= BUILDER_FORWARD_TOLERANCE,
+                  f"the {'main' if name == 'run' else name} run's step {t}, forward {e}: the "
+                  "recorded output of "
+                  f"encoder_{event['role']} differs by {worst:.3g} (relative) from what the "
+                  "probe encoder computes with the recorded parameters on the recorded images: "
+                  "observations were altered")
+
+
 def event_inputs(event, inputs: dict, recorder) -> tuple[list[int], torch.Tensor | None]:
     """``(rows, x [len(rows), 1, 8, 8])``: the rows of a recorded forward whose input the
     grader can rebuild (a raw probe image, or a view from ``view_inputs``), and those
@@ -497,6 +541,10 @@ def _builder(data, options: GradeOptions) -> None:
         from moco_ref.observe.builder_probe import default_builder_probe
     except ImportError:
         return
+    probe = default_builder_probe(options)
+    for name, run in runs:
+        if name in ("run", "ragged", "rank 0", "rank 1") and isinstance(run, dict):
+            _builder_forwards(name, run, probe)
     if "probe" in data:
         expected = default_builder_probe(options).to_dict()
         _need(data["probe"] == expected,

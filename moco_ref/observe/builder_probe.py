@@ -121,6 +121,17 @@ class ProbeEncoder(nn.Module):
         return self.fc(self.body(images))  # [B, num_classes]
 
 
+PROBE_LAYERS = ("ProbeEncoder", "Sequential", "Conv2d", "BatchNorm2d", "ReLU",
+                "AdaptiveAvgPool2d", "Flatten", "Linear")
+
+
+def is_intact_probe_encoder(module: nn.Module) -> bool:
+    """The grader's encoder (or a copy) with its layers as built: its output is then a known
+    function of its parameters and its input, which the judge recomputes."""
+    return type(module) is ProbeEncoder and tuple(
+        type(m).__name__ for m in module.modules()) == PROBE_LAYERS
+
+
 def _row_key(row: torch.Tensor) -> bytes:
     return row.detach().to(torch.float32).contiguous().reshape(-1).cpu().numpy().tobytes()
 
@@ -199,6 +210,8 @@ class BuilderRecorder:
             "role": self._role(module),
             "grad_enabled": torch.is_grad_enabled(),
             "has_grad_fn": output.grad_fn is not None,
+            "training": bool(module.training),
+            "probe_encoder": is_intact_probe_encoder(module),
             "output": output.detach().to(torch.float32).cpu().clone(),  # [n, dim]
             "views": views,
             "rows": rows,

@@ -181,6 +181,8 @@ class BuilderForward(EncoderParameters):
     role: str  # "q", "k" or "other"
     grad_enabled: bool
     has_grad_fn: bool
+    training: bool  # the encoder's mode (BatchNorm from the batch, not running statistics)
+    probe_encoder: bool  # the grader's ProbeEncoder (or a copy of it), so recomputable
     output: Tensor  # [n, dim]
     views: Tensor  # [n] which view each row came from
     rows: Tensor  # [n] which image of the batch
