@@ -163,6 +163,10 @@ def test_a_rewritten_builder_forward_is_found_by_recomputation():
     record = _builder_record()
     record["ranks"]["runs"][1]["steps"][0]["events"][0]["output"][0, 0] += 1e-3
     assert "rank 1 run's step 0" in validate_part("builder", WHOLE, record, {}, GradeOptions())
+    record = _builder_record()  # returned logits rewritten after the loss was taken from them
+    record["run"]["steps"][3]["logits"][0, 1] += 0.5
+    problem = validate_part("builder", WHOLE, record, {}, GradeOptions())
+    assert "main run's step 3: the recorded logits give the loss" in problem
 
 
 def test_a_changed_encoder_is_not_recomputed():

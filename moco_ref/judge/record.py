@@ -360,6 +360,25 @@ def _forwards(events: list, view_calls: list, recorder) -> None:
 BUILDER_FORWARD_TOLERANCE = 1e-4  # relative to max(1, the largest output)
 
 
+def _builder_loss(name: str, t: int, step: dict) -> None:
+    """The loss the probe trained on is the cross-entropy of the recorded logits (summed over
+    a symmetric module's two pairs), unless the module returned a loss of its own."""
+    if step.get("loss_returned") is not False or not isinstance(step.get("loss"), float):
+        return
+    pairs = [(p.get("logits"), p.get("labels")) for p in step["pairs"]] if step.get(
+        "pairs") else [(step.get("logits"), step.get("labels"))]
+    try:
+        with torch.no_grad():
+            recomputed = sum(float(torch.nn.functional.cross_entropy(
+                logits.to(torch.float64), labels.to(torch.int64))) for logits, labels in pairs)
+    except Exception:  # noqa: BLE001 - logits or labels the checks name as malformed
+        return
+    _need(abs(recomputed - step["loss"]) <= 1e-4 * max(1.0, abs(recomputed)),
+          f"the {'main' if name == 'run' else name} run's step {t}: the recorded logits give "
+          f"the loss {recomputed:.8g}, not the {step['loss']:.8g} the probe trained on: "
+          "observations were altered")
+
+
 def _builder_forwards(name: str, run: dict, probe) -> None:
     """Every recorded forward of the intact probe encoder in training mode is what that
     encoder computes from the parameters recorded with it on the images its rows name."""
@@ -373,6 +392,7 @@ def _builder_forwards(name: str, run: dict, probe) -> None:
     net = ProbeEncoder(probe.dim).train()
     target = torch.nn.utils.parameters_to_vector(net.parameters())
     for t, step in enumerate(run.get("steps") or []):
+        _builder_loss(name, t, step)
         images = world_images(probe, t) if name.startswith("rank") else probe_images(probe, t)
         for e, event in enumerate(step.get("events") or []):
             if not (event.get("probe_encoder") is True and event.get("training") is True

@@ -418,7 +418,7 @@ def train_step(model, optimizer, recorder: BuilderRecorder, im_q: torch.Tensor,
     if len(pairs) == 2:  # a symmetric module: (q of im_q, k of im_k), (q of im_k, k of im_q)
         step["pairs"] = [{"logits": logits.detach().cpu().clone(),
                           "labels": labels.detach().cpu().clone()} for logits, labels in pairs]
-        step["loss_returned"] = returned_loss is not None
+    step["loss_returned"] = returned_loss is not None
     step["after_forward"] = state_of(model)
     loss = returned_loss if returned_loss is not None else sum(
         F.cross_entropy(logits, labels) for logits, labels in pairs)

@@ -195,7 +195,7 @@ class BuilderStep(TypedDict, total=False):
     logits: Tensor  # [B, 1 + K]
     labels: Tensor  # [B]
     pairs: list[dict]  # a symmetric module: [{"logits", "labels"}] × 2, in computation order
-    loss_returned: bool  # a symmetric module returned a loss (its pairs were captured)
+    loss_returned: bool  # forward returned a loss (its pairs were captured), trained on as is
     after_forward: BuilderState
     key_grads: list[bool]
     loss: float
