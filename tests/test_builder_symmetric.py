@@ -194,3 +194,34 @@ def test_keys_enqueued_before_both_halves_are_named_by_i9_alone():
     failed = {r.check_id: r.message for r in results if r.status is Status.FAILED}
     assert list(failed) == ["I9-batch-not-own-negative"], explain(results)
     assert "negatives of both halves" in failed["I9-batch-not-own-negative"]
+
+
+def test_variant_symmetric_builds_a_module_with_a_symmetric_switch_symmetric():
+    """A module whose constructor takes ``symmetric=False`` by default is built with
+    ``symmetric=True`` under ``--variant symmetric``, and graded as the symmetric module it
+    then is; without the option it is built as it defaults, one pair per forward."""
+    from moco_ref.observe.options import GradeOptions
+
+    base = _symmetric_class()
+
+    class DefaultsToOneLoss(base):
+        def __init__(self, base_encoder, dim=128, K=4096, m=0.99, T=0.1, mlp=False,
+                     symmetric=False):
+            super().__init__(base_encoder, dim=dim, K=K, m=m, T=T, mlp=mlp, symmetric=symmetric)
+
+        def forward(self, im1, im2):
+            if self.symmetric:
+                return super().forward(im1, im2)
+            with torch.no_grad():
+                self._momentum_update_key_encoder()
+            loss, _, k = self.contrastive_loss(im1, im2)
+            self._dequeue_and_enqueue(k)
+            return loss
+
+    _, inferred = grade({"MoCo": DefaultsToOneLoss}, "builder")
+    assert inferred["variant"].startswith("asymmetric")
+    results, inferred = grade({"MoCo": DefaultsToOneLoss}, "builder",
+                              GradeOptions(variant="symmetric"))
+    assert inferred["variant"].startswith("symmetric")
+    assert all(_by_id(results)[c].status is Status.PASSED for c in BUILDER_IDS - ACROSS_RANKS), \
+        explain(results)

@@ -73,6 +73,7 @@ class BuilderProbe:
     ranks_batch: int = 4
     ranks_K: int = 24
     ranks_steps: int = 4
+    symmetric: bool = False  # --variant symmetric: built with symmetric=True where it exists
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -93,7 +94,8 @@ def ragged_probe(probe: BuilderProbe) -> BuilderProbe:
 
 def default_builder_probe(options: GradeOptions) -> BuilderProbe:
     """The probe for ``options``: T is ``--temperature``, m is ``--expect-m`` when pinned."""
-    probe = BuilderProbe(T=float(options.temperature), seed=int(options.seed))
+    probe = BuilderProbe(T=float(options.temperature), seed=int(options.seed),
+                         symmetric=options.variant == "symmetric")
     return probe if options.expect_m is None else replace(probe, m=float(options.expect_m))
 
 
@@ -308,6 +310,15 @@ def probe_images(probe: BuilderProbe, step: int) -> tuple[torch.Tensor, torch.Te
 NO_MLP_OPTION = "no mlp option"  # the stage of an mlp=True run of a module without `mlp`
 
 
+def names_parameter(cls, name: str) -> bool:
+    """Whether ``cls(...)``'s signature names the keyword ``name`` itself."""
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in parameters and parameters[name].kind is not inspect.Parameter.POSITIONAL_ONLY
+
+
 def accepts_keyword(cls, name: str) -> bool:
     """Whether ``cls(...)`` takes the keyword ``name`` (by name or through ``**kwargs``); True
     when its signature cannot be read, so the call itself says."""
@@ -319,14 +330,24 @@ def accepts_keyword(cls, name: str) -> bool:
                for p in parameters)
 
 
+def build_options(moco_class, probe: BuilderProbe, mlp: bool = False) -> dict:
+    """The keyword arguments the module is built with: the probe's dim, K, m, T; ``mlp`` when
+    the constructor takes it; ``symmetric=True`` under ``--variant symmetric`` when it takes
+    that (modules with both losses often default to the asymmetric one)."""
+    options = {"dim": probe.dim, "K": probe.K, "m": probe.m, "T": probe.T}
+    if accepts_keyword(moco_class, "mlp"):
+        options["mlp"] = mlp
+    if probe.symmetric and names_parameter(moco_class, "symmetric"):
+        options["symmetric"] = True
+    return options
+
+
 def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> BuilderRun:
     """Build ``moco_class`` with the probe's values and train it ``probe.steps`` steps."""
     recorder = BuilderRecorder(probe)
     run: BuilderRun = {"mlp": mlp, "error": None, "stage": "construct", "steps": []}
-    options = {"dim": probe.dim, "K": probe.K, "m": probe.m, "T": probe.T}
-    if accepts_keyword(moco_class, "mlp"):
-        options["mlp"] = mlp
-    elif mlp:  # a MoCo v1 module: nothing to build with a head it has no option for
+    options = build_options(moco_class, probe, mlp)
+    if mlp and "mlp" not in options:  # a MoCo v1 module: no head option to build with
         run["stage"] = NO_MLP_OPTION
         return run
     torch.manual_seed(probe.seed)

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from moco_ref.observe.builder_probe import (
     BuilderProbe,
     BuilderRecorder,
-    accepts_keyword,
+    build_options,
     describe_module,
     probe_images,
     state_of,
@@ -97,9 +97,7 @@ def _rank_run(moco_class, probe: BuilderProbe, rank: int, folder: str) -> Builde
         dist.init_process_group("gloo", init_method=(Path(folder) / "rendezvous").as_uri(),
                                 rank=rank, world_size=probe.ranks, timeout=COLLECTIVE_TIMEOUT)
         run["stage"] = "construct"
-        options = {"dim": probe.dim, "K": probe.K, "m": probe.m, "T": probe.T}
-        if accepts_keyword(moco_class, "mlp"):
-            options["mlp"] = False
+        options = build_options(moco_class, probe)
         torch.manual_seed(probe.seed)
         model = moco_class(recorder.base_encoder, **options)
         recorder.model = model
