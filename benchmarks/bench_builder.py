@@ -2,6 +2,7 @@
 batch 64), side by side at K = 4096 and 65536."""
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def test_training_step(benchmark, kind, K):
     assert torch.isfinite(loss)
 
 
-ROUNDS = 15
+ROUNDS = int(os.environ.get("MOCO_REF_STEP_ROUNDS", "15"))
 REPEATS = 3  # steps of each module per round
 
 

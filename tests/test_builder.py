@@ -184,3 +184,16 @@ def test_checkpoints_load_both_ways_strictly():
     again.load_state_dict(ours.state_dict(), strict=True)
     assert torch.equal(again.queue_ids, ours.queue_ids)
     assert set(again.queue_ids.tolist()) >= {0, 1, 2, 3}
+
+
+def test_a_checkpoint_with_a_non_finite_queue_is_refused_on_load():
+    """The forward does not scan its own queue (every entry is checked when it arrives), so a
+    loaded queue is checked as it arrives, with or without queue_ids."""
+    model = MoCo(TinyConvNet, dim=8, K=12)
+    for with_ids in (True, False):
+        state = model.state_dict() if with_ids else model.official_state_dict()
+        state["queue"] = state["queue"].clone()
+        state["queue"][3, 5] = float("nan")
+        with pytest.raises(ValueError, match="the checkpoint's queue must be finite; rows \\[3\\]"):
+            model.load_state_dict(state)
+    model.load_state_dict(model.state_dict())  # a finite one loads

@@ -99,6 +99,8 @@ def test_positive_is_column_zero_and_loss_defaults_to_label_zero():
         ({"ids": torch.tensor([1, 2, 3])}, ValueError, "one id per key"),
         ({"queue_ids": torch.tensor([1.0, 2.0])}, TypeError, "integer"),
         ({"q": torch.tensor([[float("nan"), 0.0], [0.0, 1.0]])}, ValueError, "finite"),
+        ({"queue_keys": torch.tensor([[0.0, 1.0], [float("inf"), 0.0]])}, ValueError,
+         r"queue_keys must be finite; rows \[1\]"),
     ],
 )
 def test_logits_reject_bad_input(change, error, needle):
@@ -109,6 +111,18 @@ def test_logits_reject_bad_input(change, error, needle):
     arguments.update(change)
     with pytest.raises(error, match=needle):
         contrastive_logits(**arguments)
+
+
+def test_a_checked_queue_is_not_scanned_again():
+    """``queue_checked=True`` (a module's own buffer, checked entry by entry on arrival) skips
+    the finiteness scan of the queue, and only that one: q and k are still checked."""
+    queue = torch.tensor([[0.0, 1.0], [float("nan"), 0.0]])
+    logits = contrastive_logits(torch.eye(2), torch.eye(2), queue, None, None, 0.5,
+                                queue_checked=True)
+    assert torch.isnan(logits[:, 2]).all() and torch.isfinite(logits[:, :2]).all()
+    with pytest.raises(ValueError, match="q must be finite"):
+        contrastive_logits(torch.tensor([[float("nan"), 0.0]]), torch.eye(2)[:1], queue[:1],
+                           None, None, 0.5, queue_checked=True)
 
 
 def test_loss_rejects_nan_logits():

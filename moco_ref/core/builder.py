@@ -20,7 +20,12 @@ from moco_ref.core.distributed import concat_all_gather, shuffle_batch, unshuffl
 from moco_ref.core.momentum import momentum_update
 from moco_ref.core.queue import KeyQueue
 from moco_ref.core.step import ORDERS
-from moco_ref.core.validation import require_count, require_positive, require_probability
+from moco_ref.core.validation import (
+    require_count,
+    require_matrix,
+    require_positive,
+    require_probability,
+)
 
 NO_SOURCE = -1  # id of the random keys the queue starts with: never masked
 
@@ -76,6 +81,8 @@ class MoCo(nn.Module):
         # every argument positionally.
         if prefix + "queue" in state_dict and prefix + "queue_ids" not in state_dict:
             state_dict[prefix + "queue_ids"] = torch.full_like(self.queue_ids, NO_SOURCE)
+        if prefix + "queue" in state_dict:  # every entry is checked on arrival (forward)
+            require_matrix("the checkpoint's queue", state_dict[prefix + "queue"])
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     def official_state_dict(self) -> dict[str, torch.Tensor]:
@@ -126,11 +133,12 @@ class MoCo(nn.Module):
         k = self._encode_keys(im_k)  # [B, dim]
         negatives = self.queue.clone().T  # [K, dim]; the enqueue below must not touch it
         if ids is None:
-            logits = contrastive_logits(q, k, negatives, None, None, self.T)
+            logits = contrastive_logits(q, k, negatives, None, None, self.T, queue_checked=True)
             ids = torch.full((len(q),), NO_SOURCE, dtype=torch.long, device=q.device)
         else:
             ids = ids.to(q.device)
-            logits = contrastive_logits(q, k, negatives, self.queue_ids.clone(), ids, self.T)
+            logits = contrastive_logits(q, k, negatives, self.queue_ids.clone(), ids, self.T,
+                                        queue_checked=True)
         labels = positive_labels(len(q), q.device)
         self._dequeue_and_enqueue(k, ids)
         return logits, labels

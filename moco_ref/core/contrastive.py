@@ -53,18 +53,23 @@ def contrastive_logits(
     queue_ids: torch.Tensor | None,
     ids: torch.Tensor | None,
     temperature: float,
+    *,
+    queue_checked: bool = False,
 ) -> torch.Tensor:
     """Logits ``[B, 1 + n]``: column 0 is ``q·k⁺ / T``, column 1 + j is ``q·queue[j] / T``.
 
     ``q`` ``[B, d]``, ``k`` ``[B, d]`` (the positives), ``queue_keys`` ``[n, d]`` oldest first,
     ``queue_ids`` ``[n]`` and ``ids`` ``[B]`` the source ids. Negatives with the query's own
     source id are −inf. Pass ``queue_ids=None, ids=None`` to disable masking.
+    ``queue_checked``: every queue entry was checked finite when it arrived (a module's own
+    buffer), so the O(n·d) scan is skipped.
     """
     temperature = require_positive("temperature", temperature)
     q = require_matrix("q", q)
     k = require_matrix("k", k, dim=q.shape[1])
     require_same_rows(("q", "k"), q, k)
-    queue_keys = require_matrix("queue_keys", queue_keys, dim=q.shape[1])
+    queue_keys = require_matrix("queue_keys", queue_keys, dim=q.shape[1],
+                                finite=not queue_checked)
     if (ids is None) != (queue_ids is None):
         raise ValueError("ids and queue_ids must both be given (masking) or both be None")
     positive = (q * k).sum(dim=1, keepdim=True)  # [B, 1], never masked

@@ -18,8 +18,10 @@ def require_tensor(name: str, value: object) -> torch.Tensor:
     return value
 
 
-def require_matrix(name: str, value: object, *, dim: int | None = None) -> torch.Tensor:
-    """A floating-point tensor of shape [rows, dim] with finite entries."""
+def require_matrix(name: str, value: object, *, dim: int | None = None,
+                   finite: bool = True) -> torch.Tensor:
+    """A floating-point tensor of shape [rows, dim] with finite entries (not scanned for them
+    when ``finite`` is False: the caller knows)."""
     tensor = require_tensor(name, value)
     if not tensor.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {tensor.dtype}")
@@ -30,7 +32,7 @@ def require_matrix(name: str, value: object, *, dim: int | None = None) -> torch
             f"{name} must have {dim} columns (the feature dimension), "
             f"got shape {list(tensor.shape)}"
         )
-    if tensor.numel() and not all_finite(tensor):
+    if finite and tensor.numel() and not all_finite(tensor):
         bad = (~torch.isfinite(tensor.detach())).any(dim=1).nonzero().flatten().tolist()
         raise ValueError(f"{name} must be finite; rows {bad[:8]} contain NaN or inf")
     return tensor
