@@ -46,7 +46,7 @@ def test_training_step(benchmark, kind, K):
     assert torch.isfinite(loss)
 
 
-ROUNDS = int(os.environ.get("MOCO_REF_STEP_ROUNDS", "15"))
+ROUNDS = int(os.environ.get("MOCO_REF_STEP_ROUNDS", "40"))
 REPEATS = 3  # steps of each module per round
 
 
