@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -37,13 +38,14 @@ from moco_ref.judge.invariants import (
     trace_columns,
 )
 from moco_ref.judge.invariants.logits import BUILDER_FORM, expected_logits, logits_error
-from moco_ref.judge.ranks_evidence import RanksEvidence
 from moco_ref.observe import record_schema as schema
-from moco_ref.observe.builder_probe import BuilderProbe
+from moco_ref.observe.builder_probe import KEY_VIEW, QUERY_VIEW, BuilderProbe
 from moco_ref.observe.options import GradeOptions
 from moco_ref.observe.parts import WHOLE
 
-QUERY_VIEW, KEY_VIEW = 0, 1
+if TYPE_CHECKING:
+    from moco_ref.judge.ranks_evidence import RanksEvidence
+
 POLLUTED_FORM = replace(BUILDER_FORM, negatives="after")
 
 
@@ -82,7 +84,8 @@ class BuilderStep:
     views_k: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
-def _pointer(value) -> int | None:
+def recorded_pointer(value) -> int | None:
+    """A recorded ``queue_ptr`` as an int (None: no one-element integer tensor)."""
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
         return int(value.reshape(-1)[0])
     return None
@@ -148,6 +151,8 @@ class BuilderEvidence:
     @cached_property
     def ranks(self) -> RanksEvidence:
         """The two-process run (its ``runs`` raise when it was not made or a rank raised)."""
+        from moco_ref.judge.ranks_evidence import RanksEvidence  # it reads records like this
+
         return RanksEvidence(self.record, self.probe)
 
     # ----------------------------------------------------------------- runs
@@ -265,30 +270,33 @@ class BuilderEvidence:
                                   f"{[e['role'] for e in events]})")
         query, key = events[queries[0]], events[keys[-1]]
         before, after = record["before"], record["after_forward"]
+        shared = {
+            "index": t,
+            "key_grad_enabled": bool(key["grad_enabled"]),
+            "key_has_grad_fn": bool(key["has_grad_fn"]),
+            "key_params": _as_float64(key["params_k"]),
+            "query_params": _as_float64(key["params_q"]),
+            "queue_before": self.columns_of(before.get("queue")),
+            "queue_after": self.columns_of(after.get("queue")),
+            "ptr_before": recorded_pointer(before.get("queue_ptr")),
+            "ptr_after": recorded_pointer(after.get("queue_ptr")),
+            "key_grads": list(record.get("key_grads", [])),
+            "key_event": keys[-1],
+        }
         if self.variant == SYMMETRIC:
-            return self._symmetric_step(t, record, query, key, keys[-1])
+            return BuilderStep(**shared, **self._symmetric_parts(t, record))
         return BuilderStep(
-            index=t,
+            **shared,
             q=self._aligned(query, QUERY_VIEW, t, "encoder_q"),
             k=self._aligned(key, KEY_VIEW, t, "encoder_k"),
-            key_grad_enabled=bool(key["grad_enabled"]),
-            key_has_grad_fn=bool(key["has_grad_fn"]),
-            key_params=_as_float64(key["params_k"]),
-            query_params=_as_float64(key["params_q"]),
             logits=record["logits"].to(torch.float64),
             labels=record["labels"],
-            queue_before=self.columns_of(before.get("queue")),
-            queue_after=self.columns_of(after.get("queue")),
-            ptr_before=_pointer(before.get("queue_ptr")),
-            ptr_after=_pointer(after.get("queue_ptr")),
-            key_grads=list(record.get("key_grads", [])),
-            key_event=keys[-1],
         )
 
-    def _symmetric_step(self, t: int, record: schema.BuilderStep, query, key,
-                        key_event: int) -> BuilderStep:
-        """Both halves of a symmetric step: each view's query and key, each returned pair
-        matched to the (query view, key view) whose positives it holds."""
+    def _symmetric_parts(self, t: int, record: schema.BuilderStep) -> dict:
+        """What a symmetric step has of its own: each view's query and key, each returned pair
+        matched to the (query view, key view) whose positives it holds, both halves' rows
+        stacked in the order the module enqueues the views' keys."""
         events = record["events"]
         views_q, views_k = {}, {}
         for view in (QUERY_VIEW, KEY_VIEW):
@@ -306,28 +314,16 @@ class BuilderEvidence:
         first = self._first_query_view(pairs, views_q, views_k)
         halves = [(first, 1 - first, pairs[0]), (1 - first, first, pairs[1])]
         order = self.enqueue_order
-        before, after = record["before"], record["after_forward"]
         labels = [pair["labels"] for pair in record["pairs"]]
-        return BuilderStep(
-            index=t,
-            q=torch.cat([views_q[v] for v in order]),
-            k=torch.cat([views_k[v] for v in order]),
-            key_grad_enabled=bool(key["grad_enabled"]),
-            key_has_grad_fn=bool(key["has_grad_fn"]),
-            key_params=_as_float64(key["params_k"]),
-            query_params=_as_float64(key["params_q"]),
-            logits=torch.cat([h[2] for h in halves]),
-            labels=torch.cat(labels) if all(y.ndim == 1 for y in labels) else labels[0],
-            queue_before=self.columns_of(before.get("queue")),
-            queue_after=self.columns_of(after.get("queue")),
-            ptr_before=_pointer(before.get("queue_ptr")),
-            ptr_after=_pointer(after.get("queue_ptr")),
-            key_grads=list(record.get("key_grads", [])),
-            key_event=key_event,
-            halves=halves,
-            views_q=views_q,
-            views_k=views_k,
-        )
+        return {
+            "q": torch.cat([views_q[v] for v in order]),
+            "k": torch.cat([views_k[v] for v in order]),
+            "logits": torch.cat([h[2] for h in halves]),
+            "labels": torch.cat(labels) if all(y.ndim == 1 for y in labels) else labels[0],
+            "halves": halves,
+            "views_q": views_q,
+            "views_k": views_k,
+        }
 
     def _first_query_view(self, pairs: list, views_q: dict, views_k: dict) -> int:
         """The view whose queries the first pair holds: the assignment of the two pairs to
@@ -355,7 +351,7 @@ class BuilderEvidence:
         the column there holds a key of im_k."""
         record = self.require_run()["steps"][0]
         columns = self.columns_of(record["after_forward"].get("queue"))
-        ptr = _pointer(record["before"].get("queue_ptr")) or 0
+        ptr = recorded_pointer(record["before"].get("queue_ptr")) or 0
         events = record["events"]
         first = [e for e in events if self._on_view(e, "k", KEY_VIEW)]
         if columns is None or not first or not 0 <= ptr < len(columns):

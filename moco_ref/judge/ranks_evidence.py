@@ -21,11 +21,12 @@ import torch
 import torch.nn.functional as F
 
 from moco_ref.judge.assertions import NotExercised, SubmissionCrashed, SubmissionError
+from moco_ref.judge.builder_evidence import recorded_pointer
 from moco_ref.judge.invariants.logits import StepLogits, expected_logits
 from moco_ref.judge.invariants.loss import LossForm
+from moco_ref.observe.builder_probe import KEY_VIEW, QUERY_VIEW
 from moco_ref.observe.builder_ranks import ranks_probe
 
-QUERY_VIEW, KEY_VIEW = 0, 1
 MATCH_TOLERANCE = 1e-4  # relative: a copy of a key, a positive logit explained
 SYMMETRIC_RANKS = ("does not apply: the two-process run is judged for the official interface (one "
                    "pair per forward); this module is symmetric")
@@ -55,12 +56,6 @@ class RankStep:
     ptr_before: int | None
 
 
-def _pointer(value) -> int | None:
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
-        return int(value.reshape(-1)[0])
-    return None
-
-
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and float((a - b).abs().max()) <= MATCH_TOLERANCE * max(
         1.0, float(b.abs().max()))
@@ -72,6 +67,8 @@ class RanksEvidence:
     def __init__(self, record: dict, probe) -> None:
         self.probe = ranks_probe(probe)
         self._record = record
+        self._rank_steps: dict[tuple[int, int], RankStep] = {}  # read once, asked often
+        self._candidates: dict[int, list[Candidate]] = {}
 
     @property
     def world(self) -> int:
@@ -101,21 +98,18 @@ class RanksEvidence:
             own = [(r, run) for r, run in failed
                    if not any(word in str(run["error"]) for word in PEER_ERRORS)]
             rank, run = (own or failed)[0]
-            p = self.probe
-            raise SubmissionCrashed(
-                "ranks",
-                f"trained on {self.world} processes (gloo, {p.batch} images per rank, "
-                f"K = {p.K}), the module raised on rank {rank} at {run.get('stage')} although "
-                "it trains in one process",
-                str(run["error"]))
+            raise self._crash(f"raised on rank {rank} at {run.get('stage')}", str(run["error"]))
         if ranks.get("error") or len(runs) != self.world:
-            p = self.probe
-            raise SubmissionCrashed(
-                "ranks",
-                f"trained on {self.world} processes (gloo, {p.batch} images per rank, "
-                f"K = {p.K}), the module did not finish although it trains in one process",
-                str(ranks.get("error") or f"{len(runs)} of {self.world} ranks sent a run"))
+            why = ranks.get("error") or f"{len(runs)} of {self.world} ranks sent a run"
+            raise self._crash("did not finish", str(why))
         return runs
+
+    def _crash(self, what: str, text: str) -> SubmissionCrashed:
+        """The two-process run's one root cause, told by the first across-ranks check."""
+        p = self.probe
+        return SubmissionCrashed(
+            "ranks", f"trained on {self.world} processes (gloo, {p.batch} images per rank, "
+                     f"K = {p.K}), the module {what} although it trains in one process", text)
 
     @cached_property
     def steps(self) -> int:
@@ -138,6 +132,11 @@ class RanksEvidence:
                               f"not [dim, K] = [{p.dim}, {p.K}]")
 
     def rank_step(self, t: int, rank: int) -> RankStep:
+        if (t, rank) not in self._rank_steps:
+            self._rank_steps[t, rank] = self._read_rank_step(t, rank)
+        return self._rank_steps[t, rank]
+
+    def _read_rank_step(self, t: int, rank: int) -> RankStep:
         record = self.runs[rank]["steps"][t]
         rows = list(self.rows_of(rank))
         for event in record["events"]:
@@ -159,10 +158,15 @@ class RanksEvidence:
         return RankStep(rank, t, q, logits.to(torch.float64),
                         self._columns(record["before"].get("queue")),
                         self._columns(record["after_forward"].get("queue")),
-                        _pointer(record["before"].get("queue_ptr")))
+                        recorded_pointer(record["before"].get("queue_ptr")))
 
     def candidates(self, t: int) -> list[Candidate]:
         """Every key-encoder output row of step ``t`` on any rank, traced to its image."""
+        if t not in self._candidates:
+            self._candidates[t] = self._read_candidates(t)
+        return self._candidates[t]
+
+    def _read_candidates(self, t: int) -> list[Candidate]:
         found = []
         for rank, run in enumerate(self.runs):
             for event in run["steps"][t]["events"]:

@@ -360,6 +360,10 @@ def _forwards(events: list, view_calls: list, recorder) -> None:
 BUILDER_FORWARD_TOLERANCE = 1e-4  # relative to max(1, the largest output)
 
 
+def _run_label(name: str) -> str:
+    return "main" if name == "run" else name
+
+
 def _builder_loss(name: str, t: int, step: dict) -> None:
     """The loss the probe trained on is the cross-entropy of the recorded logits (summed over
     a symmetric module's two pairs), unless the module returned a loss of its own."""
@@ -374,7 +378,7 @@ def _builder_loss(name: str, t: int, step: dict) -> None:
     except Exception:  # noqa: BLE001 - logits or labels the checks name as malformed
         return
     _need(abs(recomputed - step["loss"]) <= 1e-4 * max(1.0, abs(recomputed)),
-          f"the {'main' if name == 'run' else name} run's step {t}: the recorded logits give "
+          f"the {_run_label(name)} run's step {t}: the recorded logits give "
           f"the loss {recomputed:.8g}, not the {step['loss']:.8g} the probe trained on: "
           "observations were altered")
 
@@ -414,7 +418,7 @@ def _builder_forwards(name: str, run: dict, probe) -> None:
             scale = max(1.0, float(recomputed.abs().max()))
             worst = float((recomputed - output.to(recomputed.dtype)).abs().max()) / scale
             _need(worst <= BUILDER_FORWARD_TOLERANCE,
-                  f"the {'main' if name == 'run' else name} run's step {t}, forward {e}: the "
+                  f"the {_run_label(name)} run's step {t}, forward {e}: the "
                   "recorded output of "
                   f"encoder_{event['role']} differs by {worst:.3g} (relative) from what the "
                   "probe encoder computes with the recorded parameters on the recorded images: "

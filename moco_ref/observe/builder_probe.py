@@ -46,6 +46,7 @@ WIDTH = 20  # channels of the probe encoder, the input width of its .fc (≠ dim
 # sized from the wrong axis of fc.weight shows)
 FC_GAIN = 4.0  # raw outputs of norm ≫ 1, so a missing L2 normalization is visible
 UNTRACED = -1
+QUERY_VIEW, KEY_VIEW = 0, 1  # the views a traced row comes from: im_q, im_k
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ class BuilderRecorder:
         """Images of the step: rows of ``im_q`` are view 0, rows of ``im_k`` view 1."""
         self.events = []
         self._rows = {}
-        for view, images in enumerate((im_q, im_k)):
+        for view, images in ((QUERY_VIEW, im_q), (KEY_VIEW, im_k)):
             for row, image in enumerate(images):
                 self._rows[_row_key(image)] = (view, row)
         self._images = torch.cat([im_q, im_k]).reshape(2 * len(im_q), -1)
