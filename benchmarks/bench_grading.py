@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from moco_ref.grade import grade_many, grade_submission
 from moco_ref.judge.judge import judge
 from moco_ref.judge.registry import all_checks
 from moco_ref.observe.loader import load_submission
 from moco_ref.observe.observers import observe
-from moco_ref.observe.options import GradeOptions
+from moco_ref.probe.options import GradeOptions
+from moco_ref.run.pipeline import grade_many, grade_submission
 
 ROOT = Path(__file__).resolve().parents[1]
 CORRECT = ROOT / "examples" / "submissions" / "correct_lab_order.py"

@@ -4,7 +4,7 @@ property for a fixed number of examples; examples/s = EXAMPLES / mean)."""
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests import test_contrastive, test_momentum, test_step
+from tests.core import test_contrastive, test_momentum, test_step
 
 EXAMPLES = 20
 PROPERTIES = {

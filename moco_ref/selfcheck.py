@@ -51,10 +51,10 @@ def write_notebook(cells: list[str], folder: Path) -> Path:
 def run(namespace: dict, *, rubric=None, style: str | None = None, show: bool = True):
     """Grade the notebook's code as it would be graded when submitted; returns the report
     (and displays the visible checks unless ``show`` is False)."""
-    from moco_ref.grade import grade_submission
     from moco_ref.judge.rubric import DEFAULT_RUBRIC, load_rubric
-    from moco_ref.observe.options import GradeOptions
+    from moco_ref.probe.options import GradeOptions
     from moco_ref.report.feedback import write_feedback
+    from moco_ref.run.pipeline import grade_submission
 
     if isinstance(rubric, (str, Path)):
         rubric = load_rubric(rubric)

@@ -8,7 +8,7 @@ the corpus with ``--isolation processes`` damages nothing.
 
 Expected: fails I4 exactly; it finds nothing but its own file, changes nothing, and in a
 batch its classmates keep their marks in the summary, in their reports and on a cached
-rerun (tests/test_grading_adversarial.py grades it beside them).
+rerun (tests/sandbox/test_grading_adversarial.py grades it beside them).
 """
 import os
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from moco_ref.observe.options import STYLES
+from moco_ref.probe.options import STYLES
 
 
 def add_parser(subparsers) -> None:

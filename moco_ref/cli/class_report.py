@@ -31,8 +31,8 @@ def add_parser(subparsers) -> None:
 
 def run_class_report(args: argparse.Namespace) -> int:
     from moco_ref.report.class_report import ClassReportError, class_report, class_report_html
-    from moco_ref.report.formats import dumps_strict
     from moco_ref.report.scoring import points_str
+    from moco_ref.report.text import dumps_strict
 
     try:
         data = class_report(args.out)

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_CHANGED, EXIT_USAGE = 0, 1, 2
+from moco_ref.cli.options import EXIT_BELOW as EXIT_CHANGED
+from moco_ref.cli.options import EXIT_OK, EXIT_USAGE
 
 
 def add_parser(subparsers) -> None:
@@ -21,8 +22,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moco_ref.observe.loader import TargetError
-    from moco_ref.report.gradebook import diff_grades
+    from moco_ref.run.gradebook import diff_grades
+    from moco_ref.run.targets import TargetError
 
     try:
         changes = diff_grades(Path(args.old), Path(args.new))

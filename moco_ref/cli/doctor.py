@@ -77,10 +77,10 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def explain_isolation() -> dict:
+def explain_isolation(isolation: str | None = None) -> dict:
     """What the probe submission reported from inside the sandbox, and the isolation mode."""
-    from moco_ref.grade import observe_sandboxed
-    from moco_ref.observe.options import GradeOptions
+    from moco_ref.probe.options import GradeOptions
+    from moco_ref.run.pipeline import observe_sandboxed
     from moco_ref.sandbox.client import isolation_description
 
     project = str(Path(__file__).resolve().parents[2])
@@ -90,24 +90,24 @@ def explain_isolation() -> dict:
                      Path(__file__).resolve().parents[1])}
         probe = Path(folder) / "doctor_probe.py"
         probe.write_text(PROBE.replace("PATHS", repr(paths)))
-        record = observe_sandboxed(str(probe), GradeOptions(style="lab", timeout=60))
+        record = observe_sandboxed(str(probe), GradeOptions(style="lab", timeout=60),
+                                   isolation=isolation)
     warmup = record.get("observations", {}).get("moco_warmup", {})
     inside = ((warmup.get("result") or {}).get("doctor")) if isinstance(warmup, dict) else None
-    return {"isolation": isolation_description(), "inside": inside,
+    return {"isolation": isolation_description(isolation), "inside": inside,
             "problem": None if inside else (record.get("traceback") or str(warmup)[:2000])}
 
 
 def run(args: argparse.Namespace) -> int:
-    from moco_ref.cli.grade import _apply_isolation, isolation_refusal
+    from moco_ref.cli.isolation import isolation_refusal
     from moco_ref.sandbox.seccomp import refused_calls
 
-    _apply_isolation(args)
-    refusal = isolation_refusal()
+    refusal = isolation_refusal(args.isolation)
     if refusal:
         print(json.dumps({"isolation": None, "problem": refusal}) if args.json else
               f"moco-ref: {refusal}")
         return 1
-    found = explain_isolation()
+    found = explain_isolation(args.isolation)
     found["seccomp refuses"] = refused_calls()
     if args.json:
         print(json.dumps(found, indent=2))

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from moco_ref.observe.options import STYLES
-
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+from moco_ref.cli.options import EXIT_BELOW as EXIT_INVALID
+from moco_ref.cli.options import EXIT_OK, usage_error
+from moco_ref.probe.options import STYLES
 
 
 def add_parser(subparsers) -> None:
@@ -54,11 +54,6 @@ def add_parser(subparsers) -> None:
     run.set_defaults(run=run_run)
 
 
-def _usage_error(message: str) -> int:
-    print(f"moco-ref: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
 def run_build(args: argparse.Namespace) -> int:
     from moco_ref.tools.autograder import AutograderError, build_autograder
 
@@ -66,7 +61,7 @@ def run_build(args: argparse.Namespace) -> int:
         built = build_autograder(args.out, rubric_path=args.rubric, style=args.style,
                                  timeout=args.timeout, wheel=args.wheel)
     except AutograderError as exc:
-        return _usage_error(str(exc))
+        return usage_error(str(exc))
     print(f"wrote {built.path} ({', '.join(built.members)})")
     print(f"try it: moco-ref gradescope test {built.path} SUBMISSION")
     return EXIT_OK
@@ -78,13 +73,13 @@ def run_test(args: argparse.Namespace) -> int:
     try:
         import jsonschema  # noqa: F401
     except ImportError:
-        return _usage_error("validating results.json needs jsonschema: pip install jsonschema")
+        return usage_error("validating results.json needs jsonschema: pip install jsonschema")
     if not args.timeout > 0:
-        return _usage_error("--timeout must be > 0")
+        return usage_error("--timeout must be > 0")
     try:
         tried = try_autograder(args.zip, args.submission, keep=args.keep, timeout=args.timeout)
     except AutograderError as exc:
-        return _usage_error(str(exc))
+        return usage_error(str(exc))
     data = tried.data or {}
     tests = data.get("tests") or []
     failed = sum(1 for test in tests if isinstance(test, dict) and test.get("status") != "passed")
@@ -125,7 +120,7 @@ def run_run(args: argparse.Namespace) -> int:
         ran = grade_in_autograder(args.root)
     except RubricError as exc:
         write_failure_results(args.root, time.monotonic() - started)
-        return _usage_error(f"the autograder's rubric: {exc}")
+        return usage_error(f"the autograder's rubric: {exc}")
     except Exception:  # noqa: BLE001 - Gradescope still gets results; the staff the traceback
         traceback.print_exc()
         write_failure_results(args.root, time.monotonic() - started)

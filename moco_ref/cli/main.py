@@ -9,6 +9,7 @@ import sys
 from moco_ref import __version__
 from moco_ref.cli import checks as checks_cli
 from moco_ref.cli import class_report as class_report_cli
+from moco_ref.cli import demo as demo_cli
 from moco_ref.cli import diff_grades as diff_grades_cli
 from moco_ref.cli import doctor as doctor_cli
 from moco_ref.cli import export as export_cli
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"moco-ref {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_walk(subparsers)
-    grading_cli.add_parsers(subparsers)  # grade, demo
+    grading_cli.add_parser(subparsers)
+    demo_cli.add_parser(subparsers)
     checks_cli.add_parser(subparsers)
     doctor_cli.add_parser(subparsers)
     golden_cli.add_parser(subparsers)

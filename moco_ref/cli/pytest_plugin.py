@@ -28,28 +28,18 @@ def pytest_addoption(parser) -> None:
         default=None,
         help="grade this MoCo implementation (.py, .ipynb or pkg.module): one test per check",
     )
-    group.addoption("--moco-style", default=None, choices=("lab", "components", "builder"),
-                    help="style of the implementation (default: detected)")
-    group.addoption("--moco-temperature", type=float, default=None,
-                    help="temperature to judge with (default 0.2)")
-    group.addoption("--moco-timeout", type=float, default=None,
-                    help="wall-clock seconds for observing the implementation (default 60)")
-    group.addoption("--moco-seed", type=int, default=None, help="probe seed (default 0)")
-    group.addoption("--moco-execute-all-cells", action="store_true", default=False,
-                    help="notebooks: run every cell, not only definitions")
+    from moco_ref.cli.options import add_plugin_options
+
+    add_plugin_options(group)
 
 
 def _options(config):
-    from moco_ref.observe.options import GradeOptions
+    from moco_ref.cli.options import options_from
 
-    chosen = {
-        "style": config.getoption("moco_style"),
-        "temperature": config.getoption("moco_temperature"),
-        "timeout": config.getoption("moco_timeout"),
-        "seed": config.getoption("moco_seed"),
-        "execute_all_cells": config.getoption("moco_execute_all_cells"),
-    }
-    return GradeOptions(**{key: value for key, value in chosen.items() if value is not None})
+    try:
+        return options_from(config)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _target(config) -> str:
@@ -62,7 +52,7 @@ def pytest_configure(config) -> None:
     """A ``--moco-impl`` that names nothing is a usage error before anything is collected."""
     if not config.getoption("moco_impl"):
         return
-    from moco_ref.observe.loader import TargetError, expand_targets
+    from moco_ref.run.targets import TargetError, expand_targets
 
     try:
         expand_targets([_target(config)])
@@ -140,18 +130,15 @@ class MocoImplementation(pytest.Collector):
 
 def _style_from_source(target: str) -> str:
     """The style a file's top-level names point to, read without running it."""
-    from moco_ref.report.intake import defined_entry_points
+    from moco_ref.probe.source import style_from_source
 
-    names = defined_entry_points(Path(target)) if Path(target).is_file() else set()
-    if names & {"train_moco", "moco_warmup"}:
-        return "lab"
-    return "builder" if "MoCo" in names else "components" if names else "lab"
+    return (style_from_source(Path(target)) if Path(target).is_file() else None) or "lab"
 
 
 def _graded_once(config, target: str, options):
     """The implementation's report. Under pytest-xdist every worker collects the same items:
     the first to get here grades, the others read its report (a lock file per test run)."""
-    from moco_ref.grade import grade_submission
+    from moco_ref.run.pipeline import grade_submission
 
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
@@ -161,7 +148,7 @@ def _graded_once(config, target: str, options):
     import json
     import tempfile
 
-    from moco_ref.report.batch import report_from_dict
+    from moco_ref.judge.results import SubmissionReport
 
     key = hashlib.sha256(f"{workerinput.get('testrunuid')}|{target}|{options.to_dict()}"
                          .encode()).hexdigest()[:24]
@@ -169,7 +156,7 @@ def _graded_once(config, target: str, options):
     with open(shared.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if shared.exists():
-            return report_from_dict(json.loads(shared.read_text(encoding="utf-8")))
+            return SubmissionReport.from_dict(json.loads(shared.read_text(encoding="utf-8")))
         report = grade_submission(target, options)
         shared.write_text(json.dumps(report.to_dict(), default=str), encoding="utf-8")
         return report

@@ -33,9 +33,9 @@ def add_parsers(subparsers) -> None:
 
 
 def run_record(args: argparse.Namespace) -> int:
-    from moco_ref.grade import observe_sandboxed
-    from moco_ref.observe.loader import TargetError, expand_targets
-    from moco_ref.observe.options import GradeOptions
+    from moco_ref.probe.options import GradeOptions
+    from moco_ref.run.pipeline import observe_sandboxed
+    from moco_ref.run.targets import TargetError, expand_targets
     from moco_ref.tools import refactor_guard
 
     try:

@@ -7,9 +7,8 @@ import argparse
 import json
 import sys
 
-from moco_ref.observe.options import STYLES
-
-EXIT_OK, EXIT_USAGE = 0, 2
+from moco_ref.cli.options import EXIT_OK, EXIT_USAGE
+from moco_ref.probe.options import STYLES
 
 
 def add_parser(subparsers) -> None:

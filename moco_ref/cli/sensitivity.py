@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from moco_ref.observe.options import STYLES, GradeOptions
+from moco_ref.cli.options import (
+    EXIT_BELOW,
+    EXIT_OK,
+    add_option_flags,
+    options_from,
+    usage_error,
+)
+from moco_ref.probe.options import OPTIONS
 
-EXIT_OK, EXIT_BELOW, EXIT_USAGE = 0, 1, 2
 DEFAULT_EQUIVALENTS = "sensitivity_equivalents.toml"  # looked for next to the solution
 
 
@@ -26,7 +33,6 @@ def add_parser(subparsers) -> None:
         "each one, and report the kill rate and the mutants that keep full marks.",
     )
     parser.add_argument("solution", metavar="SOLUTION", help="a correct solution (.py)")
-    parser.add_argument("--style", choices=STYLES, help="skip style detection")
     parser.add_argument("-j", "--jobs", default="2", metavar="N",
                         help="mutants graded at once (default %(default)s)")
     parser.add_argument("--equivalents", metavar="FILE",
@@ -39,22 +45,10 @@ def add_parser(subparsers) -> None:
                         help="grade only this mutant (repeatable)")
     parser.add_argument("--list", action="store_true",
                         help="list the mutants (id and change) without grading them")
-    parser.add_argument("--timeout", default=str(GradeOptions.timeout), metavar="SECONDS",
-                        help="wall-clock seconds per mutant (default %(default)s)")
-    parser.add_argument("--expect-m", metavar="M",
-                        help="the assignment's momentum, pinned as `grade --expect-m` does")
-    parser.add_argument("--expect-capacity", metavar="K",
-                        help="the assignment's queue capacity, pinned")
-    parser.add_argument("--expect-batch-size", metavar="B",
-                        help="the assignment's batch size, pinned")
     parser.add_argument("--min-kill-rate", metavar="X",
                         help="exit 1 below this kill rate (a fraction, e.g. 0.98)")
+    add_option_flags(parser, only={spec.field for spec in OPTIONS if spec.in_sensitivity})
     parser.set_defaults(run=run)
-
-
-def _usage_error(message: str) -> int:
-    print(f"moco-ref: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
 
 
 def _number(text: str | None, name: str, kind, low: float, high: float | None = None):
@@ -78,24 +72,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         jobs = _number(args.jobs, "--jobs", int, 1)
         limit = _number(args.limit, "--limit", int, 1)
-        timeout = _number(args.timeout, "--timeout", float, 1e-3)
         min_kill_rate = _number(args.min_kill_rate, "--min-kill-rate", float, 0.0, 1.0)
-        pinned = {"expect_m": _number(args.expect_m, "--expect-m", float, 0.0, 1.0),
-                  "expect_capacity": _number(args.expect_capacity, "--expect-capacity", int, 1),
-                  "expect_batch_size": _number(args.expect_batch_size, "--expect-batch-size",
-                                               int, 1)}
+        chosen = options_from(args)
     except ValueError as exc:
-        return _usage_error(str(exc))
+        return usage_error(str(exc))
     solution = Path(args.solution)
     if not solution.is_file():
-        return _usage_error(f"{solution}: no such file")
+        return usage_error(f"{solution}: no such file")
     try:
-        mutant_set = sensitivity.prepare(solution, args.style)
+        mutant_set = sensitivity.prepare(solution, chosen.style)
         equivalents_path = args.equivalents or _default_equivalents(solution)
         equivalents = (sensitivity.load_equivalents(equivalents_path)
                        if equivalents_path else [])
     except sensitivity.SensitivityError as exc:
-        return _usage_error(str(exc))
+        return usage_error(str(exc))
     if args.list:
         for mutant in mutant_set.mutants:
             print(f"{mutant.id}\n    {mutant.description}")
@@ -103,12 +93,12 @@ def run(args: argparse.Namespace) -> int:
               f"({len(mutant_set.not_compiling)} more did not compile)")
         return EXIT_OK
 
-    from moco_ref.cli.grade import isolation_refusal
+    from moco_ref.cli.isolation import isolation_refusal
 
     refusal = isolation_refusal()
     if refusal:
-        return _usage_error(refusal)
-    options = GradeOptions(style=mutant_set.style, timeout=timeout, **pinned)
+        return usage_error(refusal)
+    options = replace(chosen, style=mutant_set.style)
     total = len(sensitivity.sample(
         mutant_set.mutants if args.mutants is None else list(args.mutants), limit))
     print(f"grading {solution} unmutated, then {total} mutants ({jobs} at a time)",
@@ -122,10 +112,10 @@ def run(args: argparse.Namespace) -> int:
             solution, mutant_set, options, equivalents=equivalents, jobs=jobs, limit=limit,
             only=args.mutants, on_outcome=show)
     except sensitivity.SensitivityError as exc:
-        return _usage_error(str(exc))
+        return usage_error(str(exc))
     print("\n".join(sensitivity.report_lines(measurement, min_kill_rate)))
     if args.json:
-        from moco_ref.report.formats import dumps_strict
+        from moco_ref.report.text import dumps_strict
 
         payload = measurement.to_dict()
         payload["equivalents_file"] = str(equivalents_path) if equivalents_path else None

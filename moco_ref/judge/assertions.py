@@ -193,3 +193,11 @@ def assert_equal(
         same = actual == expected
         shown = (repr(actual), repr(expected))
     require(same, misconception, expected=shown[1], got=shown[0], where=where, details=details)
+
+
+def describe_value(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).replace('torch.', '')} tensor of shape {list(value.shape)}"
+    if isinstance(value, dict) and "__type__" in value:
+        return f"a {value['__type__']}"
+    return f"a {type(value).__name__}"

@@ -13,6 +13,9 @@ read, each computed by ``invariants``:
 
 Nothing the module says about itself is trusted: its ``T``/``m`` attributes are only named
 in messages, every value is recomputed from recorded tensors.
+
+Long on purpose: one reading of one module's runs (main, mlp, ragged), whose step views share
+the traced forwards and the queue's arrival order; the two-process run is ``ranks_evidence``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from moco_ref.judge.assertions import SubmissionCrashed, SubmissionError, at_step
+from moco_ref.judge.builder_record import recorded_pointer
 from moco_ref.judge.gaps import observed
 from moco_ref.judge.invariants import (
     ColumnTrace,
@@ -38,10 +42,10 @@ from moco_ref.judge.invariants import (
     trace_columns,
 )
 from moco_ref.judge.invariants.logits import BUILDER_FORM, expected_logits, logits_error
-from moco_ref.observe import record_schema as schema
-from moco_ref.observe.builder_probe import KEY_VIEW, QUERY_VIEW, BuilderProbe
-from moco_ref.observe.options import GradeOptions
-from moco_ref.observe.parts import WHOLE
+from moco_ref.probe import schema
+from moco_ref.probe.builder import KEY_VIEW, QUERY_VIEW, BuilderProbe
+from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.parts import WHOLE
 
 if TYPE_CHECKING:
     from moco_ref.judge.ranks_evidence import RanksEvidence
@@ -82,13 +86,6 @@ class BuilderStep:
     halves: list[tuple[int, int, torch.Tensor]] = field(default_factory=list)
     views_q: dict[int, torch.Tensor] = field(default_factory=dict)  # view -> [B, dim]
     views_k: dict[int, torch.Tensor] = field(default_factory=dict)
-
-
-def recorded_pointer(value) -> int | None:
-    """A recorded ``queue_ptr`` as an int (None: no one-element integer tensor)."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
-        return int(value.reshape(-1)[0])
-    return None
 
 
 def _as_float64(value) -> torch.Tensor:
@@ -133,7 +130,7 @@ class BuilderEvidence:
         run = self.record.get("ragged")
         if not isinstance(run, dict) or run.get("error") or not run.get("steps"):
             return None
-        from moco_ref.observe.builder_probe import ragged_probe
+        from moco_ref.probe.builder import ragged_probe
 
         record = {**self.record, "run": run,
                   "probe": ragged_probe(self.probe).to_dict()}

@@ -9,16 +9,8 @@ out) or ``error``, with the reason, instead of judging it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from moco_ref.judge.assertions import SubmissionError
-
-
-@dataclass(frozen=True)
-class Unobserved:
-    part: str  # "train_moco", "moco_warmup", "queue", …, or "all"
-    reason: str
-    timed_out: bool
+from moco_ref.probe.parts import Unobserved
 
 
 class PartNotObserved(SubmissionError):

@@ -25,8 +25,8 @@ from moco_ref.judge.registry import CheckSpec, all_checks, not_applicable_reason
 from moco_ref.judge.results import CheckResult, Status
 from moco_ref.judge.rubric import Rubric
 from moco_ref.judge.styles import JUDGED_STYLES
-from moco_ref.observe.options import GradeOptions
-from moco_ref.observe.threads import one_thread
+from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.threads import one_thread
 
 OUT_OF_TIME = ("not judged: the grader's time for this submission (--timeout, which counts "
                "the judging too) ran out before this check")

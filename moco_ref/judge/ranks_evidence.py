@@ -21,11 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from moco_ref.judge.assertions import NotExercised, SubmissionCrashed, SubmissionError
-from moco_ref.judge.builder_evidence import recorded_pointer
+from moco_ref.judge.builder_record import recorded_pointer
 from moco_ref.judge.invariants.logits import StepLogits, expected_logits
 from moco_ref.judge.invariants.loss import LossForm
-from moco_ref.observe.builder_probe import KEY_VIEW, QUERY_VIEW
-from moco_ref.observe.builder_ranks import ranks_probe
+from moco_ref.probe.builder import KEY_VIEW, QUERY_VIEW, ranks_probe
 
 MATCH_TOLERANCE = 1e-4  # relative: a copy of a key, a positive logit explained
 SYMMETRIC_RANKS = ("does not apply: the two-process run is judged for the official interface (one "

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from moco_ref.observe.options import STYLES
+from moco_ref.probe.options import STYLES
 
 FAMILIES = ("contract", "I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "warmup")
 

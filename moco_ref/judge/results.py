@@ -1,5 +1,5 @@
 """The verdict of one check, shared by the harness (which produces it) and the reports
-(which render it)."""
+(which render it); ``to_dict`` and ``from_dict`` are its JSON form, both ways."""
 
 from __future__ import annotations
 
@@ -35,6 +35,13 @@ class CheckResult:
         data["status"] = self.status.value
         data["points"] = self.points
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CheckResult:
+        """The result ``to_dict`` wrote (``points`` is recomputed, not read)."""
+        return cls(data["check_id"], data["title"], data["family"], float(data["max_points"]),
+                   Status(data["status"]), data.get("message", ""),
+                   dict(data.get("details") or {}))
 
 
 @dataclass
@@ -75,3 +82,16 @@ class SubmissionReport:
             "isolation": self.isolation,
             "results": [r.to_dict() for r in self.results],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SubmissionReport:
+        """The report ``to_dict`` wrote (a cached or shared one); ``score`` and ``max_score``
+        are recomputed from the results, not read."""
+        return cls(
+            submission=data["submission"], style=data["style"], gradable=bool(data["gradable"]),
+            results=[CheckResult.from_dict(item) for item in data.get("results", [])],
+            inferred=dict(data.get("inferred") or {}), notes=list(data.get("notes") or []),
+            traceback=data.get("traceback", ""), stdout=data.get("stdout", ""),
+            stderr=data.get("stderr", ""), wall_seconds=float(data.get("wall_seconds", 0.0)),
+            isolation=str(data.get("isolation", "")),
+        )

@@ -1,23 +1,25 @@
-"""The submission styles as the judging side knows them: how a part's record is validated
-against the probe the grader asked for, which evidence the checks read, and what a record
-with missing parts still needs before it is judged. The observing half of each style
-(recognition, parts, observer) is ``moco_ref.observe.styles``."""
+"""The judge's one dispatcher by style: how a part's record is validated against the probe
+the grader asked for (``validate_part``), which evidence the checks read, and what a record
+with missing parts still needs before it is judged. The style table itself (names, entry
+points, parts, recognition) is the contract, ``moco_ref.probe.styles``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from moco_ref.judge.builder_evidence import BuilderEvidence
-from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
-from moco_ref.judge.record import (
-    validate_builder_part,
-    validate_components_part,
-    validate_lab_part,
-)
-from moco_ref.observe.options import GradeOptions
-from moco_ref.observe.strategies import cases_fingerprint, component_cases, default_lab_probe
-from moco_ref.observe.styles import COMPONENTS, OBSERVED_STYLES, ObservedStyle
+from moco_ref.judge.builder_record import validate_builder_part
+from moco_ref.judge.components_evidence import ComponentsEvidence
+from moco_ref.judge.components_record import validate_components_part
+from moco_ref.judge.lab_evidence import LabEvidence
+from moco_ref.judge.lab_record import validate_lab_part
+from moco_ref.judge.record import Invalid, check_plain, need, plain
+from moco_ref.probe.cases import cases_fingerprint, component_cases, default_lab_probe
+from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.styles import COMPONENTS, OBSERVED_STYLES, ObservedStyle
 
 
 @dataclass(frozen=True)
@@ -65,3 +67,21 @@ JUDGED_STYLES: dict[str, JudgedStyle] = {
     "builder": JudgedStyle(OBSERVED_STYLES["builder"], BuilderEvidence, validate_builder_part,
                            _complete_nothing),
 }
+
+
+def validate_part(style: str, name: str, data, meta, options: GradeOptions) -> str:
+    """"" if the part's observations are well-formed and consistent with the probe the grader
+    ran; otherwise what is wrong with them (the part is then discarded, and every check that
+    needs it reports an error — never a pass)."""
+    try:
+        with torch.random.fork_rng(devices=[]):  # the grader's own random state is untouched
+            known = JUDGED_STYLES.get(style)
+            need(known is not None, f"no style {style!r} is judged")
+            check_plain(data, meta)
+            known.validate(name, data, meta, options)
+            plain(data, "the part")
+    except Invalid as problem:
+        return str(problem)
+    except Exception as exc:  # noqa: BLE001 - malformed beyond what the checks foresee
+        return f"the record could not be read ({type(exc).__name__}: {exc})"
+    return ""

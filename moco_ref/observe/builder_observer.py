@@ -13,16 +13,12 @@ from dataclasses import replace
 import torch
 
 from moco_ref.observe.builder_env import cuda_on_cpu, one_process_group
-from moco_ref.observe.builder_probe import (
-    BuilderProbe,
-    default_builder_probe,
-    ragged_probe,
-    run_builder,
-)
+from moco_ref.observe.builder_probe import run_builder
 from moco_ref.observe.builder_ranks import observe_ranks
-from moco_ref.observe.options import GradeOptions
-from moco_ref.observe.record_schema import BuilderRecord
-from moco_ref.observe.threads import one_thread
+from moco_ref.probe.builder import BuilderProbe, default_builder_probe, ragged_probe
+from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.schema import BuilderRecord
+from moco_ref.probe.threads import one_thread
 
 
 def observe_builder(namespace: dict, options: GradeOptions,

@@ -23,15 +23,23 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from moco_ref.observe.lab_probe import flat_parameters, parameter_layout
-from moco_ref.observe.options import GradeOptions
-from moco_ref.observe.record_schema import (
+from moco_ref.observe.tracebacks import submission_error_text
+from moco_ref.probe.builder import (
+    KEY_VIEW,
+    NO_MLP_OPTION,
+    QUERY_VIEW,
+    BuilderProbe,
+    ProbeEncoder,
+    is_intact_probe_encoder,
+    probe_images,
+)
+from moco_ref.probe.lab import flat_parameters, parameter_layout
+from moco_ref.probe.schema import (
     BuilderForward,
     BuilderModule,
     BuilderRun,
@@ -39,100 +47,8 @@ from moco_ref.observe.record_schema import (
     BuilderStep,
     EncoderParameters,
 )
-from moco_ref.observe.tracebacks import submission_error_text
 
-IMAGE_SHAPE = (3, 8, 8)
-WIDTH = 20  # channels of the probe encoder, the input width of its .fc (≠ dim, so a head
-# sized from the wrong axis of fc.weight shows)
-FC_GAIN = 4.0  # raw outputs of norm ≫ 1, so a missing L2 normalization is visible
 UNTRACED = -1
-QUERY_VIEW, KEY_VIEW = 0, 1  # the views a traced row comes from: im_q, im_k
-
-
-@dataclass(frozen=True)
-class BuilderProbe:
-    """What the grader builds the module with and how long it trains it. K is a multiple of
-    the batch (the official module asserts it) and ``steps · batch > K``, so the queue wraps
-    and the keys of the first steps are dropped again."""
-
-    dim: int = 16
-    K: int = 48
-    batch: int = 8
-    steps: int = 10
-    m: float = 0.9
-    T: float = 0.2
-    lr: float = 0.5
-    seed: int = 0
-    mlp_steps: int = 2
-    # a ragged run: K not a multiple of the batch, so an enqueue wraps in mid-batch; a module
-    # may refuse it loudly (the official asserts K % batch == 0), never drop keys silently
-    ragged_K: int = 20
-    ragged_steps: int = 5
-    # a two-process run: each rank trains on its own ranks_batch images of one world batch;
-    # ranks_K is a multiple of the world batch and ranks_steps · world batch > ranks_K
-    ranks: int = 2
-    ranks_batch: int = 4
-    ranks_K: int = 24
-    ranks_steps: int = 4
-    symmetric: bool = False  # --variant symmetric: built with symmetric=True where it exists
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> BuilderProbe:
-        """The probe a record names; defaults for what it does not name (e.g. the
-        placeholder of an observation that never finished)."""
-        defaults = asdict(cls())
-        return cls(**{name: type(default)(data[name]) for name, default in defaults.items()
-                      if name in data})
-
-
-def ragged_probe(probe: BuilderProbe) -> BuilderProbe:
-    """The probe of the ragged run: the same module, K not a multiple of the batch."""
-    return replace(probe, K=probe.ragged_K, steps=probe.ragged_steps)
-
-
-def default_builder_probe(options: GradeOptions) -> BuilderProbe:
-    """The probe for ``options``: T is ``--temperature``, m is ``--expect-m`` when pinned."""
-    probe = BuilderProbe(T=float(options.temperature), seed=int(options.seed),
-                         symmetric=options.variant == "symmetric")
-    return probe if options.expect_m is None else replace(probe, m=float(options.expect_m))
-
-
-# --------------------------------------------------------------------------- encoder
-
-
-class ProbeEncoder(nn.Module):
-    """``[B, 3, 8, 8]`` → ``[B, num_classes]``: conv → BatchNorm → ReLU → pool → ``.fc``
-    (the torchvision ResNet interface MoCo code expects: the last layer is a Linear ``fc``)."""
-
-    def __init__(self, num_classes: int = 1000) -> None:
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Conv2d(IMAGE_SHAPE[0], WIDTH, 3, padding=1),
-            nn.BatchNorm2d(WIDTH),
-            nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
-            nn.Flatten(),
-        )
-        self.fc = nn.Linear(WIDTH, num_classes)
-        with torch.no_grad():
-            self.fc.weight.mul_(FC_GAIN)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.body(images))  # [B, num_classes]
-
-
-PROBE_LAYERS = ("ProbeEncoder", "Sequential", "Conv2d", "BatchNorm2d", "ReLU",
-                "AdaptiveAvgPool2d", "Flatten", "Linear")
-
-
-def is_intact_probe_encoder(module: nn.Module) -> bool:
-    """The grader's encoder (or a copy) with its layers as built: its output is then a known
-    function of its parameters and its input, which the judge recomputes."""
-    return type(module) is ProbeEncoder and tuple(
-        type(m).__name__ for m in module.modules()) == PROBE_LAYERS
 
 
 def _row_key(row: torch.Tensor) -> bytes:
@@ -298,17 +214,6 @@ def describe_module(model: nn.Module, recorder: BuilderRecorder) -> BuilderModul
 # --------------------------------------------------------------------------- the run
 
 
-
-
-def probe_images(probe: BuilderProbe, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two views ``[B, 3, 8, 8]`` of the same ``B`` random images, distinct per step."""
-    generator = torch.Generator().manual_seed(1_000_003 * probe.seed + 7_919 * (step + 1))
-    images = torch.rand((probe.batch, *IMAGE_SHAPE), generator=generator)
-    noise = 0.1 * torch.randn((2, probe.batch, *IMAGE_SHAPE), generator=generator)
-    return images + noise[0], images + noise[1]
-
-
-NO_MLP_OPTION = "no mlp option"  # the stage of an mlp=True run of a module without `mlp`
 
 
 def names_parameter(cls, name: str) -> bool:

@@ -26,7 +26,6 @@ import select
 import signal
 import tempfile
 import time
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,30 +33,19 @@ import torch
 import torch.distributed as dist
 
 from moco_ref.observe.builder_probe import (
-    BuilderProbe,
     BuilderRecorder,
     build_options,
     describe_module,
-    probe_images,
     state_of,
     train_step,
 )
-from moco_ref.observe.record_schema import BuilderRanks, BuilderRun
 from moco_ref.observe.tracebacks import submission_error_text
+from moco_ref.probe.builder import BuilderProbe, ranks_probe, world_images
+from moco_ref.probe.schema import BuilderRanks, BuilderRun
 
 COLLECTIVE_TIMEOUT = timedelta(seconds=8)  # a rank stuck in a collective its peer left
 RANKS_SECONDS = 12.0  # the whole two-process run; a correct module needs well under 1 s
 MAX_RECORD_BYTES = 64 * 2**20
-
-
-def ranks_probe(probe: BuilderProbe) -> BuilderProbe:
-    """The probe of one rank in the two-process run (``batch`` is the per-rank batch)."""
-    return replace(probe, K=probe.ranks_K, batch=probe.ranks_batch, steps=probe.ranks_steps)
-
-
-def world_images(probe: BuilderProbe, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both views of the world batch ``[ranks · batch, 3, 8, 8]`` of ``step``."""
-    return probe_images(replace(probe, batch=probe.ranks * probe.batch), step)
 
 
 class DataParallelStep:

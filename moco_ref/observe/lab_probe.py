@@ -1,5 +1,6 @@
-"""The ``lab`` probe: an instrumented model and a recording ``views``, run inside the
-submission's process.
+"""The ``lab`` probe's recorder: an instrumented model and a recording ``views``, run inside the
+submission's process. What the probe *is* (its images, ids, model and views) is the contract,
+``moco_ref.probe.lab``; this module records what happens to it.
 
 ``ProbeNet`` is a tiny float32 model with LAB 07's interface (``.encoder`` submodule,
 ``model(x) -> (features, 24-d projection)``). Every forward of it or of any deep copy of it
@@ -13,55 +14,18 @@ Everything recorded is a tensor, number, string, bool, None, list or dict.
 
 from __future__ import annotations
 
-import copy
-import math
-
 import torch
 from torch import nn
 
-from moco_ref.observe.record_schema import ForwardEvent
-from moco_ref.observe.strategies import LabProbe
-
-IMAGE_SHAPE = (1, 8, 8)
-PIXELS = math.prod(IMAGE_SHAPE)
-FEATURE_DIM = 16
-PROJECTION_DIM = 24
-VIEW_NOISE = 0.1
-MAX_SNAPSHOT_INSTANCES = 6  # copies snapshotted per forward (the most recently made)
-MAX_EVENTS = 2000  # forwards recorded; later ones are counted only
-
-
-class ProbeNet(nn.Module):
-    """``[B, 1, 8, 8]`` → ``([B, 16] features, [B, 24] projection)``; float32."""
-
-    recorder: ProbeRecorder | None = None  # set on a per-probe subclass, never copied
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.encoder = nn.Sequential(nn.Flatten(), nn.Linear(PIXELS, FEATURE_DIM), nn.Tanh())
-        self.projector = nn.Linear(FEATURE_DIM, PROJECTION_DIM)
-
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.encoder(images.to(torch.float32))  # [B, 16]
-        projection = self.projector(features)  # [B, 24]
-        if self.recorder is not None:
-            self.recorder.on_forward(self, images, projection)
-        return features, projection
-
-    def __deepcopy__(self, memo: dict) -> ProbeNet:
-        clone = type(self).__new__(type(self))
-        memo[id(self)] = clone
-        for name, value in self.__dict__.items():
-            object.__setattr__(clone, name, copy.deepcopy(value, memo))
-        if self.recorder is not None:
-            self.recorder.register(clone)
-        return clone
-
-
-def flat_parameters(module: nn.Module) -> torch.Tensor:
-    """All parameters of ``module`` as one detached float32 vector ``[P]``."""
-    params = [p.detach().reshape(-1).to(torch.float32) for p in module.parameters()]
-    return torch.cat(params) if params else torch.empty(0)
+from moco_ref.probe.cases import LabProbe
+from moco_ref.probe.lab import (
+    MAX_EVENTS,
+    MAX_SNAPSHOT_INSTANCES,
+    LabProbeWorld,
+    ProbeNet,
+    flat_parameters,
+)
+from moco_ref.probe.schema import ForwardEvent
 
 
 def _flat_grads(module: nn.Module) -> torch.Tensor | None:
@@ -74,29 +38,14 @@ def _flat_grads(module: nn.Module) -> torch.Tensor | None:
                       .reshape(-1).to(torch.float32) for p in params])
 
 
-def parameter_layout(module: nn.Module) -> list[dict]:
-    return [
-        {"name": name, "shape": list(p.shape), "numel": p.numel()}
-        for name, p in module.named_parameters()
-    ]
-
-
 def _row_key(row: torch.Tensor) -> bytes:
     return row.detach().to(torch.float32).contiguous().reshape(-1).cpu().numpy().tobytes()
 
 
-class ProbeRecorder:
+class ProbeRecorder(LabProbeWorld):
     """Everything the probe sees, in the order it happens."""
 
     def __init__(self, probe: LabProbe) -> None:
-        self.probe = probe
-        generator = torch.Generator().manual_seed(1_000_003 * probe.seed + 17)
-        # [N, 1, 8, 8]
-        self.images = torch.rand((probe.n_images, *IMAGE_SHAPE), generator=generator)
-        order = torch.randperm(probe.n_images, generator=generator)
-        self.train = order[: probe.n_train].sort().values  # [n_train] scattered ids
-        rows = self.images.detach().to(torch.float32).reshape(len(self.images), -1).numpy()
-        self._image_index = {row.tobytes(): i for i, row in enumerate(rows)}  # as _row_key
         self._view_rows: dict[bytes, tuple[int, int]] = {}  # row bytes -> (call, id)
         self._view_outputs: list[torch.Tensor] = []  # [B, 64] per call, for inexact lookups
         self.view_calls: list[torch.Tensor] = []  # ids of each views() call
@@ -106,12 +55,10 @@ class ProbeRecorder:
         self.events: list[ForwardEvent] = []
         self.dropped_events = 0
         self.clock = 0
-        net_class = type("ProbeNet", (ProbeNet,), {"recorder": self})
-        with torch.random.fork_rng():
-            torch.manual_seed(probe.seed + 5)
-            self.initial = net_class()
+        super().__init__(probe, type("ProbeNet", (ProbeNet,), {"recorder": self}))
+        rows = self.images.detach().to(torch.float32).reshape(len(self.images), -1).numpy()
+        self._image_index = {row.tobytes(): i for i, row in enumerate(rows)}  # as _row_key
         self.register(self.initial)
-        self.initial_params = flat_parameters(self.initial)
 
     # ----------------------------------------------------------------- copies
 
@@ -143,10 +90,7 @@ class ProbeRecorder:
         batch = torch.as_tensor(batch)
         ids = self._ids_of_images(batch)
         call = len(self.view_calls)
-        generator = torch.Generator().manual_seed(7_919 * self.probe.seed + 104_729 * (call + 1))
-        images = batch.detach().to(torch.float32)
-        noise = VIEW_NOISE * torch.randn(images.shape, generator=generator)
-        out = (images + noise).reshape(images.shape)
+        out = self.view(call, batch)
         for row, source in zip(out, ids.tolist()):
             self._view_rows[_row_key(row)] = (call, source)
         self._view_outputs.append(out.reshape(len(out), -1).clone())

@@ -1,11 +1,12 @@
-"""Turning what a user points the grader at into submissions, and a submission into a namespace.
+"""A submission into a namespace: its code run into a fresh module, with notes.
 
 A submission is a ``.py`` file, a ``.ipynb`` notebook or an importable module path
-(``pkg.module``). A notebook is read with nbformat: its code cells run in order, IPython
-magics and shell lines are left out (they are not Python), and by default only its
-definitions are kept — imports, functions, classes and simple constants — so the training
-run, plots and downloads a student leaves at top level do not run while grading. Every
-thing left out is named in the notes, so a student can see why a name is missing.
+(``pkg.module``; which of them the grader accepts is decided on its side, before any
+loading). A notebook is read with nbformat: its code cells run in order, IPython magics and
+shell lines are left out (they are not Python), and by default only its definitions are
+kept — imports, functions, classes and simple constants — so the training run, plots and
+downloads a student leaves at top level do not run while grading. Every thing left out is
+named in the notes, so a student can see why a name is missing.
 
 This module runs inside the submission's process (see ``worker``); nothing here isolates.
 """
@@ -15,29 +16,18 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
-import importlib.machinery
 import importlib.util
 import linecache
-import os
 import re
 import sys
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SUBMISSION_SUFFIXES = (".py", ".ipynb")
+from moco_ref.probe.source import is_module_target
+from moco_ref.probe.styles import NotASubmission
+
 SUBMISSION_MODULE_NAME = "moco_submission"  # not "__main__": `if __name__ == "__main__"` stays off
-_MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_SKIPPED_FILE_NAMES = {"conftest.py", "setup.py"}
-
-
-class TargetError(ValueError):
-    """A path or module name that names no submission (a usage error, not a grade)."""
-
-
-class NotASubmission(ValueError):
-    """A file the grader cannot read as a submission (empty, undecodable, a corrupt notebook,
-    no entry point): "not gradable" with this one sentence, no traceback."""
 
 
 @dataclass
@@ -48,64 +38,6 @@ class LoadedSubmission:
     notes: list[str] = field(default_factory=list)
     # names a skipped top-level statement would have bound -> "cell N: `its first line` (line L)"
     skipped: dict[str, str] = field(default_factory=dict)
-
-
-# --------------------------------------------------------------------------- targets
-
-
-def is_module_target(target: str) -> bool:
-    """A dotted name that is not an existing path and has no submission suffix."""
-    return (
-        bool(_MODULE_PATH.match(target))
-        and not target.endswith(SUBMISSION_SUFFIXES)
-        and not Path(target).exists()
-    )
-
-
-def expand_targets(paths) -> list[str]:
-    """Files and module names as given; each folder becomes its ``*.py``/``*.ipynb`` files,
-    sorted, leaving out ``__init__``, private, hidden and test-config files.
-
-    Raises ``TargetError`` for a missing path or a folder without submissions.
-    """
-    targets: list[str] = []
-    for raw in paths:
-        target = str(raw)
-        path = Path(target)
-        if path.is_dir():
-            found = sorted(
-                str(child)
-                for child in path.iterdir()
-                if child.is_file()
-                and child.suffix in SUBMISSION_SUFFIXES
-                and not child.name.startswith(("_", "."))
-                and child.name not in _SKIPPED_FILE_NAMES
-            )
-            if not found:
-                raise TargetError(f"no submissions (*.py or *.ipynb files) in folder {target}")
-            targets.extend(found)
-        elif path.is_file():
-            if path.suffix not in SUBMISSION_SUFFIXES:
-                raise TargetError(f"{target} is neither a .py file nor a .ipynb notebook")
-            targets.append(target)
-        elif is_module_target(target) and _importable(target):
-            targets.append(target)
-        else:
-            raise TargetError(f"no such file, folder or importable module: {target}")
-    return targets
-
-
-def _importable(module_path: str) -> bool:
-    """Whether the top-level package of ``module_path`` can be found, from the current folder
-    or the installed ones — without importing anything (no submission code runs here)."""
-    head = module_path.split(".")[0]
-    try:
-        return (
-            importlib.machinery.PathFinder.find_spec(head, [os.getcwd()]) is not None
-            or importlib.util.find_spec(head) is not None
-        )
-    except (ImportError, ValueError):
-        return False
 
 
 # --------------------------------------------------------------------------- loading
@@ -128,7 +60,7 @@ def load_submission(target: str, *, execute_all_cells: bool = False) -> LoadedSu
         return LoadedSubmission(
             target, "module", vars(module), [f"imported module {target} from {origin}"]
         )
-    raise TargetError(f"no such file, notebook or importable module: {target}")
+    raise FileNotFoundError(f"no such file, notebook or importable module: {target}")
 
 
 def _fresh_module(file: Path | None) -> types.ModuleType:

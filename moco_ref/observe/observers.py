@@ -18,14 +18,17 @@ import torch
 from torch import nn
 
 from moco_ref.observe.builder_observer import observe_builder  # noqa: F401 - by name: ObservedStyle.observer
-from moco_ref.observe.lab_probe import (
-    PROJECTION_DIM,
-    ProbeRecorder,
-    flat_parameters,
-    parameter_layout,
+from moco_ref.observe.lab_probe import ProbeRecorder
+from moco_ref.observe.tracebacks import submission_error_text
+from moco_ref.probe.cases import (
+    LabProbe,
+    cases_fingerprint,
+    component_cases,
+    default_lab_probe,
 )
-from moco_ref.observe.options import GradeOptions
-from moco_ref.observe.record_schema import (
+from moco_ref.probe.lab import PROJECTION_DIM, flat_parameters, parameter_layout
+from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.schema import (
     ComponentsRecord,
     EmaCaseOutput,
     LabRecord,
@@ -36,15 +39,8 @@ from moco_ref.observe.record_schema import (
     TrainingRecord,
     WarmupRecord,
 )
-from moco_ref.observe.strategies import (
-    LabProbe,
-    cases_fingerprint,
-    component_cases,
-    default_lab_probe,
-)
-from moco_ref.observe.styles import COMPONENTS, OBSERVED_STYLES
-from moco_ref.observe.threads import one_thread
-from moco_ref.observe.tracebacks import submission_error_text
+from moco_ref.probe.styles import COMPONENTS, OBSERVED_STYLES
+from moco_ref.probe.threads import one_thread
 
 OBSERVATION_FORMAT = 1
 MAX_LIST = 10_000  # longest list kept when sanitizing a returned value

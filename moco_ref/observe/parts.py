@@ -8,6 +8,9 @@ point of the submission:
   ``logits`` (``contrastive_logits``), ``loss`` (``info_nce_loss``);
 - any other style (``builder``): one part, ``all``.
 
+The part names and how the grader assembles parts into one record are the contract
+(``moco_ref.probe.parts``); this module observes one part inside the submission's process.
+
 The worker observes the parts one after the other and sends each as soon as it is done; the
 grader gives each its own time budget (``--check-timeout``). A part that runs out of time,
 or whose process dies, is recorded as missing, and the remaining parts are observed in a new
@@ -27,23 +30,9 @@ import types
 
 import torch
 
-from moco_ref.observe.options import GradeOptions
-from moco_ref.observe.styles import OBSERVED_STYLES, Part
-
-WHOLE = "all"
-INPUT_MUTATED = "input_mutated"  # train_moco changed the probe's images x in place
-PROBE_DTYPE = "probe_dtype"  # torch's default dtype when the probe was built (lab)
-
-
-PARTS: dict[str, tuple[Part, ...]] = {
-    style.name: style.parts for style in OBSERVED_STYLES.values() if style.parts}
-
-# components record: which "defined" entry each part owns
-_DEFINED_KEY = "defined"
-
-
-def part_names(style: str | None) -> list[str]:
-    return [part.name for part in PARTS.get(style or "", ())] or [WHOLE]
+from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.parts import DEFINED_KEY, INPUT_MUTATED, PARTS, PROBE_DTYPE, WHOLE
+from moco_ref.probe.styles import OBSERVED_STYLES
 
 
 def observe_part(namespace: dict, style: str, name: str,
@@ -72,9 +61,9 @@ def observe_part(namespace: dict, style: str, name: str,
         record[PROBE_DTYPE] = dtype
     if watch is not None and watch["mutated"] and isinstance(entry, dict):
         entry[INPUT_MUTATED] = True
-    defined = record.get(_DEFINED_KEY)
+    defined = record.get(DEFINED_KEY)
     if isinstance(defined, dict):  # components: keep only what this part could see
-        record[_DEFINED_KEY] = {key: value for key, value in defined.items()
+        record[DEFINED_KEY] = {key: value for key, value in defined.items()
                                 if key in part.entry_points}
     return entry, record
 
@@ -105,26 +94,6 @@ def _watching_input(function: types.FunctionType):
     wrapped.__qualname__ = function.__qualname__
     wrapped.__doc__ = function.__doc__
     return wrapped, state
-
-
-def assemble(style: str, meta: list[dict], entries: dict[str, object]) -> dict:
-    """One record from the parts' entries and the rest of the record each part run gave."""
-    if WHOLE in entries:
-        whole = entries[WHOLE]
-        return dict(whole) if isinstance(whole, dict) else {WHOLE: whole}
-    record: dict = {}
-    defined: dict = {}
-    for rest in meta:
-        for key, value in rest.items():
-            if key == _DEFINED_KEY and isinstance(value, dict):
-                defined.update(value)
-            else:
-                record.setdefault(key, value)
-    known = OBSERVED_STYLES.get(style)
-    if defined or (known is not None and known.shares_defined):
-        record[_DEFINED_KEY] = defined
-    record.update(entries)
-    return record
 
 
 def entry_points_defined(namespace: dict, style: str | None) -> dict[str, bool]:

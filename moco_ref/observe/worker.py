@@ -27,13 +27,11 @@ import torch
 from moco_ref.observe import observers as _observe  # noqa: F401
 from moco_ref.observe import parts as parts_module
 from moco_ref.observe.channel import PART, PART_START, RESULT, STAGE, FrameWriter
-from moco_ref.observe.loader import (
-    SUBMISSION_MODULE_NAME,
-    NotASubmission,
-    is_module_target,
-    load_submission,
-)
-from moco_ref.observe.options import GradeOptions
+from moco_ref.observe.loader import SUBMISSION_MODULE_NAME, load_submission
+from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.parts import part_names
+from moco_ref.probe.source import is_module_target
+from moco_ref.probe.styles import NotASubmission
 
 RECORD_FORMAT = 2
 _GRADER_DIR = str(Path(__file__).resolve().parent)
@@ -54,7 +52,7 @@ def observe_streaming(target: str, options: GradeOptions, writer, *,
     """Load, detect the style, observe each part, sending frames to ``writer`` as it goes.
     Never raises: failures become frames."""
     # Imported before any submission code runs, so a submission cannot stand in for them.
-    from moco_ref.observe.styles import detect_style
+    from moco_ref.probe.styles import detect_style
 
     timings: dict[str, float] = {}
     stage, style, notes = "load", options.style, []
@@ -70,7 +68,7 @@ def observe_streaming(target: str, options: GradeOptions, writer, *,
         writer.send(RESULT, _result(False, stage, style, notes, submission_traceback(exc),
                                     timings, guard))
         return
-    planned = parts_module.part_names(style)
+    planned = part_names(style)
     todo = [name for name in planned if only_parts is None or name in only_parts]
     writer.send(STAGE, {"stage": "observe", "style": style, "notes": notes, "parts": planned,
                         "defined": parts_module.entry_points_defined(loaded.namespace, style),

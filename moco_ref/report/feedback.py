@@ -7,10 +7,11 @@ queue's contents, the EMA, the mask. Figures are PNGs inlined as ``data:`` URIs:
 needs no network, no external file and no script. Without matplotlib the page has no figures
 and says so.
 
-Written for the student, like the Gradescope results (``moco_ref.report.lms``): the
-submission's file name only, no path of the grading machine, no local command; the rubric's
-``[visibility]`` is respected: a ``hidden`` check is left out (its points stay in the score),
-the others are shown with their visibility named when it is not ``visible``.
+Written for the student, like the Gradescope results (``moco_ref.report.lms``), with the
+same student-safe text (``moco_ref.report.text``): the submission's file name only, no path
+of the grading machine, no local command; the rubric's ``[visibility]`` is respected: a
+``hidden`` check is left out (its points stay in the score), the others are shown with their
+visibility named when it is not ``visible``.
 """
 
 from __future__ import annotations
@@ -23,17 +24,18 @@ from moco_ref import __version__
 from moco_ref.judge.registry import FAMILIES
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_RUBRIC, Rubric
+from moco_ref.probe.source import SUBMISSION_SUFFIXES
 from moco_ref.report import figures
-from moco_ref.report.formats import inferred_text
-from moco_ref.report.lms import (
-    _fence,
-    _md_escape,
+from moco_ref.report.scoring import points_str, told_elsewhere
+from moco_ref.report.text import (
+    fence,
+    inferred_text,
+    md_escape,
     one_line_reason,
     student_text,
     submission_folder,
     submission_name,
 )
-from moco_ref.report.scoring import points_str, told_elsewhere
 
 KINDS = ("html", "md")
 SUFFIXES = {"html": ".feedback.html", "md": ".feedback.md"}
@@ -63,7 +65,7 @@ _FAMILY_NAMES = {
 def feedback_name(report: SubmissionReport, kind: str) -> str:
     """``alice.feedback.html`` for ``…/alice.py`` (a module path: its last part)."""
     name = Path(report.submission).name
-    stem = name.rsplit(".", 1)[0] if name.endswith((".py", ".ipynb")) else name.split(".")[-1]
+    stem = name.rsplit(".", 1)[0] if name.endswith(SUBMISSION_SUFFIXES) else name.split(".")[-1]
     return f"{stem}{SUFFIXES[kind]}"
 
 
@@ -254,14 +256,6 @@ def _html_footer(page: _Page) -> list[str]:
 # --------------------------------------------------------------------------- Markdown
 
 
-def _md(text: str) -> str:
-    return _md_escape(text)
-
-
-def _fenced(text: str) -> str:
-    return _fence(text)
-
-
 def feedback_markdown(report: SubmissionReport, rubric: Rubric | None = None, *,
                       draw: bool = True) -> str:
     """The feedback as Markdown (figures as inline ``data:`` images)."""
@@ -269,14 +263,14 @@ def feedback_markdown(report: SubmissionReport, rubric: Rubric | None = None, *,
     out = [f"# Feedback on `{page.name}`", ""]
     if report.gradable:
         out += [f"**Score: {page.score} / {page.max_score}** (graded as a "
-                f"{_md(report.style)} submission by moco-ref {__version__})", ""]
+                f"{md_escape(report.style)} submission by moco-ref {__version__})", ""]
     else:
         reason = one_line_reason(page.text(report.traceback)) or "the submission could not run"
         out += ["**Not gradable: score 0**", "", f"Your submission could not be graded: "
-                f"{_md(reason)}", ""]
+                f"{md_escape(reason)}", ""]
     if report.inferred:
-        out += [f"Inferred from your code: {_md(inferred_text(report.inferred))}.", ""]
-    out += [f"Note: {_md(' '.join(page.text(note).split()))}" for note in report.notes]
+        out += [f"Inferred from your code: {md_escape(inferred_text(report.inferred))}.", ""]
+    out += [f"Note: {md_escape(' '.join(page.text(note).split()))}" for note in report.notes]
     if page.notes_needed():
         out += ["", f"_{NO_FIGURES}_"]
     families = page.families()
@@ -285,30 +279,31 @@ def feedback_markdown(report: SubmissionReport, rubric: Rubric | None = None, *,
         for family, results in families:
             earned = sum(r.points for r in results)
             maximum = sum(r.max_points for r in results)
-            out.append(f"| {_md(_FAMILY_NAMES.get(family, family))} | "
+            out.append(f"| {md_escape(_FAMILY_NAMES.get(family, family))} | "
                        f"{page.family_verdict(results)} | "
                        f"{points_str(earned)} / {points_str(maximum)} |")
     for family, results in families:
-        out += ["", f"## {_md(_FAMILY_NAMES.get(family, family))} — "
+        out += ["", f"## {md_escape(_FAMILY_NAMES.get(family, family))} — "
                     f"{page.family_verdict(results)}"]
         for result in results:
             status = _VERDICTS.get(result.status, result.status.value)
-            out += ["", f"### {status}: {_md(result.title)} "
-                        f"({_md(result.check_id)}, {_points(result)} points)"]
+            out += ["", f"### {status}: {md_escape(result.title)} "
+                        f"({md_escape(result.check_id)}, {_points(result)} points)"]
             note = page.visibility_note(result)
             if note:
                 out += ["", f"_({note})_"]
             message = page.message(result)
             if result.status is not Status.PASSED and message:
-                out += ["", _fenced(message)]
+                out += ["", fence(message)]
             for caption, png in page.figures_of(result):
-                out += ["", f"![{_md(caption)}]({_data_uri(png)})", "", f"_{_md(caption)}_"]
+                out += ["", f"![{md_escape(caption)}]({_data_uri(png)})", "",
+                        f"_{md_escape(caption)}_"]
     if page.hidden:
         out += ["", f"{len(page.hidden)} check(s) the course keeps hidden are not shown; "
                     "their points are in the score."]
     if page.not_applicable:
-        out += ["", f"Not applicable to a {_md(report.style)} submission (not counted): "
-                    f"{_md(', '.join(page.not_applicable))}."]
+        out += ["", f"Not applicable to a {md_escape(report.style)} submission (not counted): "
+                    f"{md_escape(', '.join(page.not_applicable))}."]
     return "\n".join(out) + "\n"
 
 

@@ -1,22 +1,19 @@
-"""Verdicts out: a terminal table (``rich`` when importable, plain text otherwise), JSON, JUnit
-XML for CI, and Gradescope's ``results.json`` (rendered by ``moco_ref.report.lms``)."""
+"""Verdicts out for the grader: a terminal table (``rich`` when importable, plain text
+otherwise), JSON and JUnit XML for CI. (Students get theirs through ``moco_ref.report.lms``
+and ``moco_ref.report.feedback``.)"""
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import sys
 import xml.etree.ElementTree as ET
-from enum import Enum
-from pathlib import Path
 
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
-from moco_ref.observe.options import GradeOptions
+from moco_ref.probe.options import GradeOptions
 from moco_ref.report.scoring import NOT_PASSED, points_str, rerun_command, told_elsewhere
+from moco_ref.report.text import dumps_strict, inferred_text
 
 JSON_FORMAT = "moco-ref-grade/1"
-_INFERRED_ORDER = ("m", "capacity", "batch_size", "order", "temperature")
 _STATUS_STYLES = {
     Status.PASSED: "green",
     Status.FAILED: "bold red",
@@ -37,17 +34,6 @@ def score_text(report: SubmissionReport) -> str:
     if not report.gradable:
         return "not gradable"
     return f"{points_str(report.score)}/{points_str(report.max_score)}"
-
-
-def inferred_text(inferred: dict) -> str:
-    """``m=0.95, capacity=240, batch size=60, order=lab`` — known keys first."""
-    keys = [key for key in _INFERRED_ORDER if key in inferred]
-    keys += sorted(key for key in inferred if key not in _INFERRED_ORDER)
-    return ", ".join(f"{key.replace('_', ' ')}={_value_text(inferred[key])}" for key in keys)
-
-
-def _value_text(value) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def points_text(result: CheckResult) -> str:
@@ -217,33 +203,6 @@ def to_json(
     return dumps_strict(payload)
 
 
-def dumps_strict(payload) -> str:
-    """Strict JSON: NaN and infinities (a diverged loss as evidence) become strings."""
-    return json.dumps(_finite(payload), indent=2, default=_json_default, allow_nan=False)
-
-
-def _finite(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
-    if hasattr(value, "tolist") and not isinstance(value, Enum):
-        return _finite(value.tolist())
-    return value
-
-
-def _json_default(value):
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "tolist"):  # tensors, numpy arrays and scalars
-        return value.tolist()
-    return repr(value)
-
-
 # --------------------------------------------------------------------------- JUnit XML
 
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -325,24 +284,3 @@ def write_junit(
 
 def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
-
-
-# --------------------------------------------------------------------------- Gradescope
-
-
-def gradescope_results(
-    report: SubmissionReport, options: GradeOptions | None = None, rubric=None
-) -> dict:
-    """Gradescope's autograder ``results.json``, written for students (Markdown, no grader
-    paths or rerun commands, visibilities from ``rubric``): see ``moco_ref.report.lms``."""
-    from moco_ref.report.lms import gradescope_results as render
-
-    return render(report, options, rubric)
-
-
-def write_gradescope(
-    report: SubmissionReport, path, options: GradeOptions | None = None, rubric=None
-) -> None:
-    from moco_ref.report.lms import write_gradescope as write
-
-    write(report, path, options, rubric)

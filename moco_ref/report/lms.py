@@ -12,7 +12,8 @@ Both are written for the student who handed the submission in, not for the grade
   ``after_published``, ``hidden``).
 
 Gradescope's text is Markdown (``output_format: "md"``); what the submission or a check wrote
-goes into fenced code blocks, so it is shown as written and never read as Markdown or HTML.
+goes into fenced code blocks, so it is shown as written and never read as Markdown or HTML
+(the student-safe text is ``moco_ref.report.text``'s).
 ``gradescope_problems`` checks a results dict against the JSON schema of Gradescope's format
 (``schemas/gradescope_results.schema.json``).
 """
@@ -21,109 +22,34 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 from moco_ref import __version__
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_RUBRIC, Rubric
-from moco_ref.observe.options import GradeOptions
-from moco_ref.report.formats import dumps_strict, inferred_text
+from moco_ref.probe.options import GradeOptions
 from moco_ref.report.scoring import points_str
+from moco_ref.report.text import (
+    code_span,
+    dumps_strict,
+    fence,
+    inferred_text,
+    md_escape,
+    one_line_reason,
+    student_text,
+    submission_folder,
+    submission_name,
+)
 
 GRADESCOPE_SCHEMA_PATH = Path(__file__).with_name("schemas") / "gradescope_results.schema.json"
 NOT_GRADABLE_TEST = "submission loads and runs"
-_SUBMISSION_SUFFIXES = (".py", ".ipynb")
 _STATUS_LEAD = {
     Status.FAILED: "**Failed.**",
     Status.ERROR: "**Error:** the check could not run.",
     Status.TIMEOUT: "**Timed out:** this part of the submission ran out of time.",
 }
 
-# --------------------------------------------------------------------------- student-safe text
-
-# An absolute POSIX path of at least two components, not glued to a word (so ``1/2``,
-# ``query/key`` and ``a / b`` stay as they are).
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.~/\\-])(?:/[\w.+@%~=-]+){2,}/?")
-# A sentence that tells the reader to run a moco-ref command: meant for staff, not students.
-_LOCAL_COMMAND = re.compile(r"[^.\n]*`moco-ref [^`\n]*`[^.\n]*\.?")
-_RERUN_LINE = re.compile(r"^\s*\(?rerun:.*$\n?", re.MULTILINE | re.IGNORECASE)
-
-
-def submission_folder(report: SubmissionReport) -> Path | None:
-    """The folder the submission's file is in (its files are named relative to it)."""
-    if not report.submission.endswith(_SUBMISSION_SUFFIXES):
-        return None
-    return Path(report.submission).absolute().parent
-
-
-def submission_name(report: SubmissionReport, root: Path | None = None) -> str:
-    """The submission's file name (relative to ``root`` when it is inside it)."""
-    path = Path(report.submission)
-    if root is not None:
-        try:
-            return Path(path.absolute()).relative_to(root).as_posix()
-        except ValueError:
-            pass
-    return path.name
-
-
-def student_text(text: str, submission_root: Path | str | None = None) -> str:
-    """``text`` with no path of the grading machine and no local command: a path inside
-    ``submission_root`` becomes relative to it, any other absolute path its last component;
-    rerun lines and sentences that show a ``moco-ref`` command are left out."""
-    text = str(text)
-    if submission_root is not None:
-        root = Path(submission_root)
-        for form in {str(root), str(root.absolute()), str(_resolved(root))}:
-            if form not in ("", "/", "."):
-                text = text.replace(form.rstrip("/") + "/", "")
-    text = _RERUN_LINE.sub("", text)
-    text = _LOCAL_COMMAND.sub("", text)
-    return _ABSOLUTE_PATH.sub(_last_component, text)
-
-
-def _resolved(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except OSError:
-        return path
-
-
-def _last_component(match: re.Match) -> str:
-    name = match.group(0).rstrip("/").rsplit("/", 1)[-1]
-    return name or "…"
-
-
-def _fence(text: str, info: str = "text") -> str:
-    """``text`` in a fenced code block longer than any run of backticks inside it."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{info}\n{text.rstrip()}\n{fence}"
-
-
-def _code(text: str) -> str:
-    """``text`` as an inline code span (one line)."""
-    text = " ".join(str(text).split())
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    ticks = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
-
-
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~&!])")
-
-
-def _md_escape(text: str) -> str:
-    return _MD_SPECIAL.sub(r"\\\1", text)
-
-
-def one_line_reason(text: str) -> str:
-    """A traceback's last line (the exception), otherwise the text's first line."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+# --------------------------------------------------------------------------- the checks listed
 
 
 def _not_applicable(report: SubmissionReport) -> list[str]:
@@ -156,40 +82,40 @@ def _points(value: float) -> float:
 def _gradescope_test_output(result: CheckResult, root: Path | None) -> str:
     message = student_text(result.message, root).strip()
     if result.status is Status.PASSED:
-        return _fence(message) if message else ""
+        return fence(message) if message else ""
     if result.status is Status.NOT_JUDGED:
         reason = one_line_reason(message) or "not judged"
-        return f"**Not judged:** {_md_escape(reason)}"
+        return f"**Not judged:** {md_escape(reason)}"
     lead = _STATUS_LEAD.get(result.status, f"**{result.status.value}.**")
-    return f"{lead}\n\n{_fence(message)}" if message else lead
+    return f"{lead}\n\n{fence(message)}" if message else lead
 
 
 def _summary_markdown(report: SubmissionReport, rubric: Rubric, root: Path | None) -> str:
-    name = _code(submission_name(report, root))
+    name = code_span(submission_name(report, root))
     lines = []
     if report.gradable:
-        lines.append(f"moco-ref {__version__} graded {name} (style {_md_escape(report.style)}): "
+        lines.append(f"moco-ref {__version__} graded {name} (style {md_escape(report.style)}): "
                      f"**{points_str(report.score)} / {points_str(report.max_score)}** points.")
     else:
         lines.append(f"moco-ref {__version__} could not grade {name}: "
-                     f"{_md_escape(one_line_reason(student_text(report.traceback, root)))}")
+                     f"{md_escape(one_line_reason(student_text(report.traceback, root)))}")
     if report.inferred:
-        inferred = _md_escape(inferred_text(report.inferred))
+        inferred = md_escape(inferred_text(report.inferred))
         lines += ["", f"Inferred from the submission: {inferred}."]
     if report.notes:
         lines += ["", "Notes:"]
-        lines += [f"- {_md_escape(' '.join(student_text(note, root).split()))}"
+        lines += [f"- {md_escape(' '.join(student_text(note, root).split()))}"
                   for note in report.notes]
     not_applicable = _not_applicable(report)
     if not_applicable:
-        lines += ["", f"Not applicable to style {_md_escape(report.style)} (not counted): "
-                  + ", ".join(_code(check) for check in not_applicable) + "."]
+        lines += ["", f"Not applicable to style {md_escape(report.style)} (not counted): "
+                  + ", ".join(code_span(check) for check in not_applicable) + "."]
     if rubric.show_submission_output:
         for title, text in (("Your submission's output", report.stdout),
                             ("Your submission's error output", report.stderr)):
             text = student_text(text, root)
             if text.strip():
-                lines += ["", f"**{title}:**", "", _fence(text)]
+                lines += ["", f"**{title}:**", "", fence(text)]
     return "\n".join(lines)
 
 
@@ -226,9 +152,9 @@ def gradescope_results(
     if not report.gradable:
         trace = student_text(report.traceback, root).strip() or "the submission could not run"
         reason = one_line_reason(trace)
-        output = f"**Not gradable:** {_md_escape(reason)}"
+        output = f"**Not gradable:** {md_escape(reason)}"
         if trace != reason:
-            output += "\n\n" + _fence(trace)
+            output += "\n\n" + fence(trace)
         tests.append({
             "name": NOT_GRADABLE_TEST,
             "number": "load.1",

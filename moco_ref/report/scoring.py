@@ -8,7 +8,7 @@ import shlex
 from dataclasses import dataclass
 
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
-from moco_ref.observe.options import GradeOptions
+from moco_ref.probe.options import GradeOptions, command_line_of
 
 NOT_PASSED = (Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.NOT_JUDGED)
 _EPSILON = 1e-9
@@ -75,27 +75,6 @@ def has_full_marks(report: SubmissionReport) -> bool:
 
 def rerun_command(submission: str, check_id: str, options: GradeOptions | None = None) -> str:
     """The command that grades just this check again, under the same options."""
-    options = options or GradeOptions()
-    default = GradeOptions()
     parts = ["moco-ref", "grade", submission, "--check", check_id]
-    if options.style:
-        parts += ["--style", options.style]
-    for flag, name in (
-        ("--temperature", "temperature"),
-        ("--expect-m", "expect_m"),
-        ("--expect-capacity", "expect_capacity"),
-        ("--expect-batch-size", "expect_batch_size"),
-        ("--seed", "seed"),
-        ("--timeout", "timeout"),
-        ("--memory-mb", "memory_mb"),
-        ("--check-timeout", "check_timeout"),
-    ):
-        value = getattr(options, name)
-        if value != getattr(default, name):
-            value = 0 if value is None else value  # --check-timeout 0: no limit of its own
-            parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    if options.execute_all_cells:
-        parts.append("--execute-all-cells")
-    if options.allow_reference_import:
-        parts.append("--allow-reference-import")
+    parts += command_line_of(options or GradeOptions())
     return shlex.join(parts)

@@ -4,7 +4,6 @@ it left behind (an ``Attempt``)."""
 
 from __future__ import annotations
 
-import ast
 import fcntl
 import math
 import os
@@ -15,7 +14,6 @@ import signal
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,25 +28,22 @@ from moco_ref.observe.channel import (
     FrameReader,
     new_nonce,
 )
-from moco_ref.observe.loader import is_module_target
-from moco_ref.observe.options import GradeOptions
-from moco_ref.observe.styles import OBSERVED_STYLES
+from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.parts import ObservedPart, Stage
+from moco_ref.probe.source import is_module_target, may_be_helper
 from moco_ref.sandbox import procs
 from moco_ref.sandbox.capture import StreamDrain
 from moco_ref.sandbox.client import JobHandle, Zygote
+from moco_ref.sandbox.jobspace import SCRATCH
 
 STOP_GRACE_SECONDS = 5.0
-SANDBOX_SCRATCH = "/tmp"  # jobspace.SCRATCH: the job's own tmpfs, inside the sandbox
-_AST_LOCK = threading.Lock()
 MAX_HELPER_BYTES = 4 * 2**20  # a helper module beside the submission larger than this stays
-# what makes a file a submission of its own (a module defining only moco_warmup is a helper)
-ENTRY_POINT_NAMES = frozenset(name for style in OBSERVED_STYLES.values()
-                              for name in style.entry_points) - {"moco_warmup"}
 
 
 def copy_submission(target: str, folder: Path) -> str:
     """A copy of the submission for its process to load: the file, and the helper modules
-    beside it — the ``.py`` files that define no MoCo entry point of their own. A sibling
+    beside it — the ``.py`` files that bind no MoCo entry point of their own
+    (``moco_ref.probe.source.may_be_helper``). A sibling
     that does (a classmate, in a class folder) or cannot be parsed is not copied, so the
     submission can neither import it nor read it through its own folder."""
     source = Path(target).resolve()
@@ -66,7 +61,7 @@ def helper_files(target: str | Path) -> list[Path]:
     return [sibling for sibling in sorted(source.parent.glob("*.py"))
             if sibling != source and sibling.is_file()
             and sibling.stat().st_size <= MAX_HELPER_BYTES
-            and not _defines_entry_points(sibling)]
+            and may_be_helper(sibling)]
 
 
 def copy_module(name: str, folder: Path) -> None:
@@ -103,22 +98,12 @@ def _bundle(folder: Path) -> int:
     return fd
 
 
-def _defines_entry_points(path: Path) -> bool:
-    try:
-        with _AST_LOCK:  # CPython 3.11's ast constructor is not safe across threads
-            tree = ast.parse(path.read_bytes())
-    except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
-        return True  # unreadable: treated as someone else's submission
-    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-               and node.name in ENTRY_POINT_NAMES for node in tree.body)
-
-
 @dataclass
 class Attempt:
     """What one process observing (some parts of) a submission left behind."""
 
-    stage: dict | None = None
-    parts: dict[str, dict] = field(default_factory=dict)  # PART payloads, by part
+    stage: Stage | None = None
+    parts: dict[str, ObservedPart] = field(default_factory=dict)  # by part
     started_part: str | None = None  # started, never finished
     result: dict | None = None
     exit: dict | None = None  # the supervisor's EXIT frame
@@ -174,7 +159,7 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
         elif sandboxed:  # the module (its top-level package) is sent, not the folder
             copy_module(target, copy)
         if sandboxed:  # the job sees its own scratch only; the files arrive as a tar stream
-            inside = f"{SANDBOX_SCRATCH}/submission"
+            inside = f"{SCRATCH}/submission"
             if not is_module_target(target):
                 target = f"{inside}/{Path(target).name}"
             import_root = inside
@@ -196,7 +181,7 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
             "target": target,
             "options": options.to_dict(),
             "import_root": import_root,
-            "scratch": SANDBOX_SCRATCH if sandboxed else os.path.realpath(scratch),
+            "scratch": SCRATCH if sandboxed else os.path.realpath(scratch),
             "memory_mb": options.memory_mb,
             # twice the wall time: one busy thread meets the wall-clock limit first, work
             # spread over threads and processes meets this one
@@ -233,14 +218,15 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
 def _take(attempt: Attempt, frame: Frame) -> None:
     payload = frame.payload
     if frame.kind == STAGE and attempt.stage is None:
-        attempt.stage = payload
+        attempt.stage = Stage.from_frame(payload)
     elif frame.kind == PART_START:
         attempt.started_part = str(payload.get("part"))
-    elif frame.kind == PART and isinstance(payload, dict):
-        name = str(payload.get("part"))
-        attempt.parts[name] = payload
-        if attempt.started_part == name:
-            attempt.started_part = None
+    elif frame.kind == PART:
+        part = ObservedPart.from_frame(payload)
+        if part is not None:
+            attempt.parts[part.name] = part
+            if attempt.started_part == part.name:
+                attempt.started_part = None
     elif frame.kind == RESULT and attempt.result is None:
         attempt.result = payload
     elif frame.kind == EXIT and attempt.exit is None:

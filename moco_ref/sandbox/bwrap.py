@@ -6,9 +6,9 @@
 - the system's ``/usr`` (and ``/lib``, ``/lib64``, ``/bin``, ``/sbin`` as the host has them);
 - the Python installation (``sys.base_prefix``, the virtual environment ``sys.prefix``) and
   the site-packages folders on ``sys.path`` — with an installed ``moco_ref`` there hidden;
-- the **observing side** of moco_ref only, at ``VIEW_ROOT`` (``moco_ref/__init__.py``,
-  ``observe/`` and the sandbox's own in-process modules): the reference and the judge are
-  simply not in the file system;
+- the **observing side** of moco_ref only, at ``VIEW_ROOT`` (``moco_ref/__init__.py``, the
+  contract ``probe/``, ``observe/`` and the sandbox's own in-process modules): the reference
+  and the judge are simply not in the file system;
 - ``/etc/ld.so.cache`` and small generated ``passwd``, ``group`` and ``hosts`` files;
 
 plus a new ``/proc`` and a minimal ``/dev``, and a ``tmpfs`` on ``/tmp``; the root and ``/dev``
@@ -37,9 +37,9 @@ import moco_ref
 PACKAGE_DIR = Path(moco_ref.__file__).resolve().parent
 VIEW_ROOT = "/opt/moco-ref"
 RELOCATED_TMP = "/opt/host-tmp"
-# what runs beside the submission: the package marker, the observer, the sandbox's own
-# in-process modules
-VIEW_FILES = ("__init__.py", "observe", "sandbox/__init__.py", "sandbox/zygote.py",
+# what runs beside the submission: the package marker, the contract, the observer, the
+# sandbox's own in-process modules
+VIEW_FILES = ("__init__.py", "probe", "observe", "sandbox/__init__.py", "sandbox/zygote.py",
               "sandbox/procs.py", "sandbox/jobspace.py", "sandbox/confine.py",
               "sandbox/seccomp.py", "sandbox/clib.py")
 SYSTEM_TOP = ("usr", "lib", "lib32", "lib64", "bin", "sbin")

@@ -46,31 +46,35 @@ class IsolationUnavailable(RuntimeError):
     """The sandbox cannot run here; the message says why, in one line."""
 
 
-def isolation_mode() -> str:
-    mode = os.environ.get(ISOLATION_VARIABLE, "bwrap").strip().lower() or "bwrap"
+def isolation_mode(isolation: str | None = None) -> str:
+    """The isolation asked for (``--isolation``), else the environment's default
+    (``MOCO_REF_ISOLATION``), else ``bwrap``."""
+    mode = isolation or os.environ.get(ISOLATION_VARIABLE, "bwrap").strip().lower() or "bwrap"
     if mode not in ISOLATION_MODES:
-        raise ValueError(f"{ISOLATION_VARIABLE}={mode!r}: expected one of {ISOLATION_MODES}")
+        raise ValueError(f"isolation {mode!r}: expected one of {ISOLATION_MODES}")
     return mode
 
 
-def sandboxed() -> bool:
-    return isolation_mode() == "bwrap"
+def sandboxed(isolation: str | None = None) -> bool:
+    return isolation_mode(isolation) == "bwrap"
 
 
-def current_zygote(*, reference: bool = False, wait: bool = True) -> Zygote:
-    """The zygote for the isolation in force; ``IsolationUnavailable`` when the sandbox
-    cannot run here. ``reference``: the submission may import the reference
+def current_zygote(*, reference: bool = False, wait: bool = True,
+                   isolation: str | None = None) -> Zygote:
+    """The zygote for ``isolation`` (see ``isolation_mode``); ``IsolationUnavailable`` when
+    the sandbox cannot run here. ``reference``: the submission may import the reference
     (``--allow-reference-import``), so a sandbox whose view holds it. ``wait=False``: only
     started (``warm_up``)."""
-    return zygote_for(child_environment(), sandboxed=sandboxed(),
-                      reference=reference and sandboxed(), wait=wait)
+    boxed = sandboxed(isolation)
+    return zygote_for(child_environment(), sandboxed=boxed, reference=reference and boxed,
+                      wait=wait)
 
 
-def isolation_description() -> str:
+def isolation_description(isolation: str | None = None) -> str:
     """The isolation in force here, in words (raises ``IsolationUnavailable``)."""
-    if not sandboxed():
+    if not sandboxed(isolation):
         return PROCESSES_ONLY
-    return current_zygote().namespaces
+    return current_zygote(isolation=isolation).namespaces
 
 
 class JobHandle:

@@ -1,6 +1,6 @@
 """Observing one submission in the sandbox, over as many fresh processes as it takes: a
 part that ran out of time or whose process died is recorded missing, with why, and the
-remaining parts are observed anew. Nothing here judges; ``moco_ref.grade`` does that with
+remaining parts are observed anew. Nothing here judges; ``moco_ref.run.pipeline`` does that with
 what this returns (a ``SandboxRun``).
 
 
@@ -21,7 +21,7 @@ submission loads (``confine``, ``seccomp``). It has
 
 Observations come back as frames on a pipe no file name leads to (``channel``), part by part
 (``parts``). The grader validates them against the probe it asked for (``record``) and judges
-them by recomputation (``moco_ref.grade``). A part that ran out of time is reported
+them by recomputation (``moco_ref.run.pipeline``). A part that ran out of time is reported
 ``timeout``; one whose process died, or whose observations were inconsistent, makes the
 checks that need it report ``error``; the other parts are observed in a fresh process and
 judged as usual. A submission that cannot be loaded gives a report with ``gradable=False`` and
@@ -38,43 +38,78 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from moco_ref.observe.options import GradeOptions
-from moco_ref.observe.parts import part_names
-from moco_ref.observe.styles import OBSERVED_STYLES
+from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.parts import ObservedPart, Stage, Unobserved, part_names
+from moco_ref.probe.styles import OBSERVED_STYLES
 from moco_ref.sandbox.attempt import Attempt, run_attempt
 from moco_ref.sandbox.client import current_zygote
 
 MIN_RETRY_SECONDS = 3.0  # observing the remaining parts anew needs at least this much time
 
 
-@dataclass(frozen=True)
-class MissingPart:
-    """A part with no observation: why, and whether it was because time ran out."""
-
-    reason: str
-    timed_out: bool
-
-
 @dataclass
 class SandboxRun:
-    """Everything observing one submission gave, over one or more processes."""
+    """Everything observing one submission gave, over one or more processes, typed: what the
+    grader saw for itself (output, how each process ended, the parts it has and has not) and,
+    apart, what the submission's process said (``stage``, ``reported_style``, ``notes``)."""
 
     attempts: list[Attempt]
-    stage: dict | None  # the STAGE frame: style, notes, parts, which entry points exist
-    done: dict[str, dict]  # PART payloads of the parts observed, by part
-    missing: dict[str, MissingPart]  # parts not observed, and why
+    stage: Stage | None  # what the process said once the submission was loaded
+    done: dict[str, ObservedPart]  # the parts observed, by part (not yet validated)
+    missing: dict[str, Unobserved]  # parts not observed, and why
     failure: str  # why the submission is not gradable ("" when it is)
     isolation: str = ""  # from the zygote's hello, sent before any submission ran
     deadline: float = 0.0  # time.monotonic() when the submission's --timeout ends
+    grader_trouble: str = ""  # the grader's own failure (never the submission's), if any
+
+    @property
+    def stdout(self) -> str:
+        return joined_output(self.attempts, "stdout")
+
+    @property
+    def stderr(self) -> str:
+        return joined_output(self.attempts, "stderr")
+
+    @property
+    def reported_style(self) -> str | None:
+        """The style the submission's process named (its words)."""
+        if self.stage is not None:
+            return self.stage.style
+        result = self._result()
+        return str(result["style"])[:80] if isinstance(result.get("style"), str) else None
+
+    @property
+    def notes(self) -> list[str]:
+        """The submission's process's own notes (e.g. what its loader skipped)."""
+        if self.stage is not None:
+            return list(self.stage.notes)
+        notes = self._result().get("notes")
+        return [note for note in notes[:200] if isinstance(note, str)] \
+            if isinstance(notes, list) else []
+
+    @property
+    def refused_imports(self) -> list[str]:
+        return sorted({str(name) for a in self.attempts
+                       for name in ((a.result or {}).get("refused_imports") or [])})
+
+    @property
+    def copies(self) -> set[tuple[str, str]]:
+        """(folder its process loaded the copy from, the submission's own folder)."""
+        return {(a.copy_folder, a.original_folder) for a in self.attempts if a.copy_folder}
+
+    def _result(self) -> dict:
+        return next((a.result for a in self.attempts if isinstance(a.result, dict)), None) or {}
 
 
-def observe_in_sandbox(target: str, options: GradeOptions) -> SandboxRun:
-    zygote = current_zygote(reference=options.allow_reference_import)
+def observe_in_sandbox(target: str, options: GradeOptions,
+                       isolation: str | None = None) -> SandboxRun:
+    zygote = current_zygote(reference=options.allow_reference_import, isolation=isolation)
     deadline = time.monotonic() + options.timeout  # the zygote's start-up is not the job's
     attempts: list[Attempt] = []
-    stage: dict | None = None
-    done: dict[str, dict] = {}
-    missing: dict[str, MissingPart] = {}
+    stage: Stage | None = None
+    done: dict[str, ObservedPart] = {}
+    missing: dict[str, Unobserved] = {}
+    trouble = ""
     only: list[str] | None = None
     failure = ""  # why the submission is not gradable, if it is not
     while True:
@@ -82,19 +117,21 @@ def observe_in_sandbox(target: str, options: GradeOptions) -> SandboxRun:
         attempts.append(attempt)
         if attempt.internal_error:
             failure = f"moco-ref internal error: {attempt.internal_error}"
+            trouble = attempt.internal_error
             break
         if attempt.stage is None or (stage is not None and attempt.stage != stage):
             if stage is None:
                 failure = _not_loaded(attempt, options)
                 break
             for name in _remaining(stage, done, missing):
-                missing[name] = MissingPart("the submission loaded differently in a fresh process "
-                                         "and could not be observed again", False)
+                missing[name] = Unobserved(
+                    name, "the submission loaded differently in a fresh process and could not "
+                    "be observed again", False)
             break
         stage = attempt.stage
-        if stage.get("style") not in OBSERVED_STYLES:
+        if stage.style not in OBSERVED_STYLES:
             failure = ("the submission's process reported a style the grader does not know "
-                       f"({str(stage.get('style'))[:80]!r}): the record was tampered with")
+                       f"({stage.style!r}): the record was tampered with")
             break
         progress = False
         for name, payload in attempt.parts.items():
@@ -103,39 +140,40 @@ def observe_in_sandbox(target: str, options: GradeOptions) -> SandboxRun:
                 progress = True
         if attempt.corrupt:
             for name in _remaining(stage, done, missing):
-                missing[name] = MissingPart(f"the observation channel was tampered with "
-                                         f"({attempt.corrupt})", False)
+                missing[name] = Unobserved(
+                    name, f"the observation channel was tampered with ({attempt.corrupt})", False)
             break
         running = attempt.started_part
         if running is not None and running not in done and running not in missing:
-            missing[running] = MissingPart(*_why_unfinished(attempt, options))
+            missing[running] = Unobserved(running, *_why_unfinished(attempt, options))
             progress = True
         remaining = _remaining(stage, done, missing)
         if not remaining or attempt.result is not None:
             for name in remaining:  # finished, yet not observed: not the worker's doing
-                missing[name] = MissingPart("no observation was sent for it", False)
+                missing[name] = Unobserved(name, "no observation was sent for it", False)
             break
         if attempt.timed_out or deadline - time.monotonic() < MIN_RETRY_SECONDS:
             for name in remaining:
-                missing[name] = MissingPart(
-                    f"not observed: the submission's {options.timeout:g} s ran out", True)
+                missing[name] = Unobserved(
+                    name, f"not observed: the submission's {options.timeout:g} s ran out", True)
             break
         if not progress:
             for name in remaining:
-                missing[name] = MissingPart(f"{attempt.exit_text()} before observing it", False)
+                missing[name] = Unobserved(
+                    name, f"{attempt.exit_text()} before observing it", False)
             break
         only = remaining  # the rest, in a fresh process
     return SandboxRun(attempts, stage, done, missing, failure, isolation=zygote.namespaces,
-                      deadline=deadline)
+                      deadline=deadline, grader_trouble=trouble)
 
 
-def planned_parts(stage: dict) -> list[str]:
+def planned_parts(stage: Stage) -> list[str]:
     """The parts the grader observes for the style: its own list, never the one the
     submission's process sent."""
-    return part_names(stage.get("style"))
+    return part_names(stage.style)
 
 
-def _remaining(stage: dict, done: dict, missing: dict) -> list[str]:
+def _remaining(stage: Stage, done: dict, missing: dict) -> list[str]:
     return [name for name in planned_parts(stage) if name not in done and name not in missing]
 
 

@@ -37,6 +37,10 @@ it, and any child of the zygote that is not a live supervisor is killed with its
 The control socket is a socketpair inherited from the grader (no path anyone else can open);
 it is closed in every job right after the fork. When the grader closes it, the zygote kills
 its jobs and exits.
+
+Long on purpose: everything here runs inside the sandbox before and around each job (the
+warm process, the supervisor and its job watch) and must be importable as one file the
+sandbox's view binds, with no import of the grader's side.
 """
 
 from __future__ import annotations
@@ -101,7 +105,7 @@ def _preload() -> dict:
 
 def _draw_component_cases() -> None:
     """The default seed's cases, drawn once here instead of in every components job."""
-    from moco_ref.observe.strategies import component_cases
+    from moco_ref.probe.cases import component_cases
 
     for kind in ("queue", "ema", "logits", "loss"):
         component_cases(kind, 0)

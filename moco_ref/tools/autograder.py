@@ -30,7 +30,7 @@ from moco_ref import __version__
 from moco_ref.judge.registry import FAMILIES
 from moco_ref.judge.results import SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_FAMILY_WEIGHTS, DEFAULT_RUBRIC, Rubric, load_rubric
-from moco_ref.observe.options import STYLES, GradeOptions
+from moco_ref.probe.options import STYLES, GradeOptions
 
 ROOT_VARIABLE = "MOCO_REF_AUTOGRADER_ROOT"
 PYTHON_VARIABLE = "MOCO_REF_PYTHON"  # the interpreter run_autograder uses (default: the venv's)
@@ -258,19 +258,20 @@ def _candidates(folder: Path) -> list[Path]:
 def find_submission(folder: Path) -> Path:
     """The submission's main file in ``folder``: the only ``.py``/``.ipynb`` file, or the one
     that defines the most MoCo entry points (``train_moco``, ``moco_warmup``, ``class MoCo``,
-    …), chosen as batch grading chooses it (``moco_ref.report.intake.main_file``).
+    …), chosen as batch grading chooses it (``moco_ref.run.intake.main_file``).
     ``NoSubmission`` (a sentence for the student) otherwise."""
-    from moco_ref.report.intake import ENTRY_POINTS, defined_entry_points, main_file
+    from moco_ref.probe.source import bound_entry_points
+    from moco_ref.run.intake import main_file
 
     candidates = _candidates(folder)
     if not candidates:
         raise NoSubmission("the submission holds no .py file and no .ipynb notebook")
     if len(candidates) == 1:
         return candidates[0]
-    if not any(defined_entry_points(path) for path in candidates):
+    if not any(bound_entry_points(path) for path in candidates):
         listed = ", ".join(p.relative_to(folder).as_posix() for p in candidates[:8])
         raise NoSubmission(f"none of the submission's files ({listed}) defines "
-                           f"{', '.join(ENTRY_POINTS[:3])} or another MoCo entry point")
+                           "train_moco, moco_warmup, MoCo or another MoCo entry point")
     return main_file(candidates)
 
 
@@ -313,9 +314,9 @@ def grade_in_autograder(root=None) -> RunResult:
     """What ``run_autograder`` does: grade the submission under ``root``/submission with the
     bundled rubric and write ``root``/results/results.json (always, even when nothing could
     be graded)."""
-    from moco_ref.grade import grade_submission
-    from moco_ref.report.formats import dumps_strict
     from moco_ref.report.lms import gradescope_results
+    from moco_ref.report.text import dumps_strict
+    from moco_ref.run.pipeline import grade_submission
 
     root = autograder_root(root)
     results = root / "results"
@@ -355,8 +356,8 @@ def grade_in_autograder(root=None) -> RunResult:
 def write_failure_results(root=None, seconds: float = 0.0) -> Path:
     """A valid results.json saying that the autograder itself failed (its traceback goes to
     the staff's log, not to the student)."""
-    from moco_ref.report.formats import dumps_strict
     from moco_ref.report.lms import gradescope_results
+    from moco_ref.report.text import dumps_strict
 
     root = autograder_root(root)
     report = SubmissionReport("submission", "unknown", gradable=False, wall_seconds=seconds,

@@ -154,14 +154,14 @@ def digits_run_golden() -> dict:
 GOLDENS: dict[str, Golden] = {
     golden.name: golden
     for golden in (
-        Golden("warmup", warmup_golden, "float64", None, "closed form (tests/test_warmup.py)"),
+        Golden("warmup", warmup_golden, "float64", None, "closed form (tests/core/test_warmup.py)"),
         Golden("walk_p17", walk_golden, "float64", 17, "the walk's own narrated invariants"),
         Golden("trajectory_paper", trajectory_golden("paper"), "float64", TRAJECTORY["seed"],
-               "plain numpy MoCo (tests/test_golden.py)"),
+               "plain numpy MoCo (tests/core/test_golden.py)"),
         Golden("trajectory_lab", trajectory_golden("lab"), "float64", TRAJECTORY["seed"],
-               "plain numpy MoCo (tests/test_golden.py)"),
+               "plain numpy MoCo (tests/core/test_golden.py)"),
         Golden("train_moco_digits", digits_run_golden, "float32", DIGITS_RUN["seed"],
-               "paper order gives the same run (tests/test_golden.py)"),
+               "paper order gives the same run (tests/core/test_golden.py)"),
     )
 }
 
@@ -188,10 +188,14 @@ class Difference:
     rtol: float
     atol: float
     why: str
+    numeric: bool = False  # beyond tolerance somewhere (``why`` names the worst entry)
 
     def line(self) -> str:
+        if self.numeric:
+            return (f"{self.golden}:{self.value}: {self.why} "
+                    f"(rtol {self.rtol:g}, atol {self.atol:g})")
         return (f"{self.golden}:{self.value}: {self.why} - golden {_short(self.old)}, "
-                f"now {_short(self.new)} (rtol {self.rtol:g}, atol {self.atol:g})")
+                f"now {_short(self.new)}")
 
 
 def _short(value: object, limit: int = 90) -> str:
@@ -213,14 +217,18 @@ def compare_values(name: str, stored: dict, fresh: dict) -> list[Difference]:
         rtol, atol = old["rtol"], old["atol"]
         try:
             found = mismatch(old["value"], new["value"], rtol, atol)
-        except NotComparable:
+        except NotComparable as reason:
             found = None
             if old["value"] != new["value"]:
                 out.append(Difference(name, value_name, old["value"], new["value"], rtol, atol,
-                                      "differs"))
+                                      f"differs ({reason})"))
         if found is not None:
-            out.append(Difference(name, value_name, old["value"], new["value"], rtol, atol,
-                                  f"off by {found.max_abs:.3g} abs, {found.max_rel:.3g} rel"))
+            where = f" at {list(found.index)}" if found.index else ""
+            out.append(Difference(
+                name, value_name, old["value"], new["value"], rtol, atol,
+                f"{found.count} of {found.size} values beyond tolerance; the largest differs "
+                f"by {found.max_abs:.3g} abs ({found.max_rel:.3g} rel){where}: golden "
+                f"{found.expected:.17g}, now {found.got:.17g}", numeric=True))
     return out
 
 

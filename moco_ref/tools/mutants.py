@@ -17,7 +17,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from moco_ref.observe.styles import OBSERVED_STYLES, detect_style
+from moco_ref.probe.styles import OBSERVED_STYLES, detect_style
 
 OPERATORS = ("arith", "compare", "constant", "slice", "drop-arg", "drop-stmt", "swap-args",
              "dim", "method")

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from moco_ref.core.tolerance import NotComparable, mismatch
-from moco_ref.observe.options import GradeOptions
+from moco_ref.probe.options import GradeOptions
 
 FORMAT = "moco-ref-trajectory/1"
 STEP_QUANTITIES = ("ids", "q", "k", "grad", "loss", "query_params", "key_params")
@@ -49,7 +49,7 @@ def trajectory_from_observations(observations: dict, style: str, source: str = "
         return {**head, **_builder_trajectory(observations)}
     if style != "lab":
         return {**head, "record": _plain(observations)}
-    from moco_ref.judge.evidence import LabEvidence
+    from moco_ref.judge.lab_evidence import LabEvidence
 
     evidence = LabEvidence(observations, GradeOptions(style="lab"))
     losses = _reference_losses(evidence)

@@ -21,7 +21,7 @@ from pathlib import Path
 import tomllib
 
 from moco_ref.judge.results import Status, SubmissionReport
-from moco_ref.observe.options import GradeOptions
+from moco_ref.probe.options import GradeOptions
 from moco_ref.report.scoring import has_full_marks
 from moco_ref.tools.mutants import Mutant, MutantSet, generate
 
@@ -229,7 +229,7 @@ def measure(
     the mutants (``only``: these ids; ``limit``: a sample). ``SensitivityError`` when the
     unmutated solution is short of full marks. ``grade_many`` defaults to the grader's."""
     if grade_many is None:
-        from moco_ref.grade import grade_many
+        from moco_ref.run.pipeline import grade_many
     solution = Path(solution)
     equivalents = equivalents_for(list(equivalents), solution)
     by_id = {mutant.id: mutant for mutant in mutant_set.mutants}

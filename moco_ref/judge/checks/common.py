@@ -16,7 +16,7 @@ from moco_ref.judge.assertions import (
     require,
 )
 from moco_ref.judge.builder_evidence import BuilderEvidence
-from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
+from moco_ref.judge.components_evidence import ComponentsEvidence
 from moco_ref.judge.invariants import (
     REFERENCE_FORM,
     fifo_contents,
@@ -24,6 +24,7 @@ from moco_ref.judge.invariants import (
     gradient_error,
 )
 from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis
+from moco_ref.judge.lab_evidence import LabEvidence
 
 NEEDS_LOSS = "I8-loss-matches-recomputation"
 MAX_SERIES = 200  # per-step numbers a failure's details carry for the feedback's figures

@@ -1,5 +1,9 @@
 """What a submission must define and return: LAB 07's ``train_moco`` value, the
-official ``MoCo`` interface, the components protocol."""
+official ``MoCo`` interface, the components protocol.
+
+Long on purpose: the contract family's checks for the three styles sit together, as every
+family's do (one module per family, its per-style implementations beside each check).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from moco_ref.judge.assertions import (
     SubmissionError,
     assert_close,
     at_step,
+    describe_value,
     fail,
     fmt_ids,
     fmt_values,
@@ -21,9 +26,10 @@ from moco_ref.judge.assertions import (
 )
 from moco_ref.judge.builder_evidence import BuilderEvidence
 from moco_ref.judge.checks.common import builder_where
-from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence, describe_value
+from moco_ref.judge.components_evidence import ComponentsEvidence
+from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.registry import check
-from moco_ref.observe.builder_probe import NO_MLP_OPTION
+from moco_ref.probe.builder import NO_MLP_OPTION
 
 RETURN_NAMES = ("query", "key", "queue", "queue_ids", "history", "trace", "drift")
 

@@ -10,7 +10,8 @@ from moco_ref.judge.assertions import (
 )
 from moco_ref.judge.builder_evidence import BuilderEvidence
 from moco_ref.judge.checks.common import builder_where
-from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
+from moco_ref.judge.components_evidence import ComponentsEvidence
+from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.registry import check
 
 KEY_GRADS_NONE = check(

@@ -21,10 +21,11 @@ from moco_ref.judge.checks.common import (
     loss_steps,
     queue_runs,
 )
-from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
+from moco_ref.judge.components_evidence import ComponentsEvidence
 from moco_ref.judge.invariants.buffer import CHANGED, KEPT, UNKNOWN
+from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.registry import check
-from moco_ref.observe.strategies import QueueCase
+from moco_ref.probe.cases import QueueCase
 
 _KIND_TEXT = {
     "query": ("the queue holds queries, not keys",

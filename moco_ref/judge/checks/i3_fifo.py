@@ -21,7 +21,7 @@ from moco_ref.judge.checks.common import (
     pointer_text,
     queue_runs,
 )
-from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
+from moco_ref.judge.components_evidence import ComponentsEvidence
 from moco_ref.judge.invariants import (
     expected_fifo,
     fifo_contents,
@@ -29,9 +29,10 @@ from moco_ref.judge.invariants import (
     rotation_of,
 )
 from moco_ref.judge.invariants.buffer import UNKNOWN, pointer_after
+from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.ranks_evidence import SYMMETRIC_RANKS
 from moco_ref.judge.registry import check
-from moco_ref.observe.strategies import QueueCase
+from moco_ref.probe.cases import QueueCase
 
 
 def _positions_known(ev: LabEvidence) -> bool:

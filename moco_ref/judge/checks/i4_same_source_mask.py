@@ -16,11 +16,12 @@ from moco_ref.judge.checks.common import (
     logits_runs,
     loss_steps,
 )
-from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
+from moco_ref.judge.components_evidence import ComponentsEvidence
 from moco_ref.judge.invariants import (
     form_logits,
 )
 from moco_ref.judge.invariants.logits import masked_columns
+from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.registry import check
 
 

@@ -10,12 +10,12 @@ from moco_ref.core.contrastive import contrastive_logits
 from moco_ref.core.warmup import WARMUP_KEYS, WARMUP_QUERY
 from moco_ref.core.warmup import moco_warmup as reference_warmup
 from moco_ref.judge.assertions import (
+    describe_value,
     fail,
     fmt_values,
     require,
 )
 from moco_ref.judge.checks.warmup import numbers_or_none, warmup_entry
-from moco_ref.judge.evidence import describe_value
 from moco_ref.judge.registry import check
 
 

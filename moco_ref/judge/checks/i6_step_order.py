@@ -10,7 +10,7 @@ from moco_ref.judge.assertions import (
     fail,
 )
 from moco_ref.judge.builder_evidence import BuilderEvidence
-from moco_ref.judge.evidence import LabEvidence
+from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.registry import check
 
 KEY_STARTS_AS_COPY = check(

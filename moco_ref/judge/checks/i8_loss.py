@@ -28,7 +28,7 @@ from moco_ref.judge.checks.common import (
     loss_series,
     loss_steps,
 )
-from moco_ref.judge.evidence import ComponentsEvidence, LabEvidence
+from moco_ref.judge.components_evidence import ComponentsEvidence
 from moco_ref.judge.invariants import (
     REFERENCE_FORM,
     describe_logits_form,
@@ -40,6 +40,7 @@ from moco_ref.judge.invariants import (
 from moco_ref.judge.invariants.logits import BUILDER_FORM, masked_columns
 from moco_ref.judge.invariants.loss import FORM_TEXT, TEMPERATURE_RULES
 from moco_ref.judge.invariants.loss_diagnosis import departure
+from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.ranks_evidence import SYMMETRIC_RANKS
 from moco_ref.judge.registry import check
 

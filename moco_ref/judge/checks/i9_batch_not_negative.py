@@ -15,7 +15,7 @@ from moco_ref.judge.checks.common import (
     loss_steps,
     pointer_text,
 )
-from moco_ref.judge.evidence import LabEvidence
+from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.registry import check
 
 BATCH_NOT_OWN_NEGATIVE = check(

@@ -7,10 +7,10 @@ import torch
 from moco_ref.judge.assertions import (
     NotRequired,
     SubmissionCrashed,
+    describe_value,
     fail,
     require,
 )
-from moco_ref.judge.evidence import describe_value
 from moco_ref.judge.registry import check
 
 

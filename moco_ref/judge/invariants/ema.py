@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from moco_ref.core.momentum import momentum_update
-from moco_ref.observe.threads import one_thread
+from moco_ref.probe.threads import one_thread
 
 FLOAT32_EPS = float(torch.finfo(torch.float32).eps)
 RELATIVE_TOLERANCE = 0.02  # of the size of the update

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from moco_ref.core.queue import KeyQueue
-from moco_ref.observe.strategies import arrival_numbers  # noqa: F401 - one numbering for both sides
+from moco_ref.probe.cases import arrival_numbers  # noqa: F401 - one numbering for both sides
 
 
 def fifo_contents(batches: Sequence[torch.Tensor], capacity: int) -> list[torch.Tensor]:

@@ -55,7 +55,7 @@ from moco_ref.core.contrastive import (
     positive_labels,
     same_source_mask,
 )
-from moco_ref.observe.threads import one_thread
+from moco_ref.probe.threads import one_thread
 
 GRADIENT_TOLERANCE = 2e-3  # max-abs error relative to the gradient's largest entry
 MASKED_POSITIVE = -1e9  # a finite stand-in: a −inf label logit has no finite loss

@@ -28,7 +28,7 @@ from moco_ref.judge.invariants.loss import (
     form_gradient,
     gradient_error,
 )
-from moco_ref.observe.threads import one_thread
+from moco_ref.probe.threads import one_thread
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,34 @@
+"""The commands' summary tables: rich when importable, plain columns otherwise."""
+
+from __future__ import annotations
+
+
+def print_table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]], *,
+                no_wrap: tuple[str, ...] = (), styles: list[str | None] | None = None) -> None:
+    """One table: ``rows`` under ``headers``; ``styles`` colours the last cell of each row."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+    except ImportError:
+        widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
+                  for i, h in enumerate(headers)]
+        for row in (headers, *rows):
+            print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        return
+    console = _table_console(Console)
+    table = Table(title=title)
+    for header in headers:
+        table.add_column(header, no_wrap=header in no_wrap)
+    for number, row in enumerate(rows):
+        style = styles[number] if styles else None
+        cells = [Text(cell) for cell in row[:-1]] + [Text(row[-1], style=style or "")]
+        table.add_row(*cells)
+    console.print(table)
+
+
+def _table_console(console_type):
+    """A rich console for the summary tables: the terminal's width, or 160 columns when the
+    output is piped, so that rows are not wrapped to 80."""
+    console = console_type(highlight=False)
+    return console if console.is_terminal else console_type(highlight=False, width=160)

@@ -1,0 +1,129 @@
+"""What names a submission (a ``.py`` file, a ``.ipynb`` notebook, or a module path), and
+which entry points a submission file binds, read from its source without running it.
+
+Both sides of the sandbox use the first: the grader to choose what to grade, the worker to
+know how to load it.
+
+One rule, used wherever a file's entry points matter (which file of a student's folder is
+graded, which siblings may be its helper modules, which style a file is): a name counts when
+the module binds it at top level — ``def``, ``class``, an assignment (``train_moco = _impl``),
+an annotated assignment, or an import (``from impl import train_moco``,
+``import impl as MoCo``). A file that does not parse binds nothing as far as this goes; it is
+judged when it is graded.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import threading
+from pathlib import Path
+
+from moco_ref.probe.styles import ENTRY_POINTS, style_of_names
+
+SUBMISSION_SUFFIXES = (".py", ".ipynb")
+MAX_SOURCE_BYTES = 8 * 2**20  # a larger file is not read here (it is refused when graded)
+_AST_LOCK = threading.Lock()  # CPython 3.11's ast constructor is not safe across threads
+_MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def is_module_target(target: str) -> bool:
+    """A dotted name that is not an existing path and has no submission suffix."""
+    return (
+        bool(_MODULE_PATH.match(target))
+        and not target.endswith(SUBMISSION_SUFFIXES)
+        and not Path(target).exists()
+    )
+
+
+def _target_names(target: ast.expr) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for element in target.elts for name in _target_names(element)]
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    return []
+
+
+def top_level_bindings(tree: ast.Module) -> set[str]:
+    """Every name the module's top-level statements bind (not those inside functions, and
+    not those of ``if``/``try`` blocks, which may not run)."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(name for target in node.targets for name in _target_names(target))
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+            names.update(_target_names(node.target))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name != "*":
+                    names.add(alias.asname or alias.name.split(".")[0])
+    return names
+
+
+def _parse(source: str | bytes) -> ast.Module:
+    with _AST_LOCK:
+        return ast.parse(source)
+
+
+def _cell_trees(source: str) -> list[ast.Module]:
+    """A notebook's code cells as parsed modules: a cell with IPython lines (``%…``, ``!…``)
+    is parsed without them; one that still does not parse is left out."""
+    try:
+        return [_parse(source)]
+    except (SyntaxError, ValueError, RecursionError):
+        pass
+    kept = [line for line in source.splitlines()
+            if not line.lstrip().startswith(("%", "!"))]
+    try:
+        return [_parse("\n".join(kept))]
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+
+
+def module_trees(path: Path) -> list[ast.Module] | None:
+    """The parsed top level of a ``.py`` file, or of each code cell of a ``.ipynb``; None
+    when the file cannot be read or parsed at all."""
+    try:
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        if path.suffix == ".ipynb":
+            import nbformat
+
+            notebook = nbformat.read(str(path), as_version=4)
+            return [tree for cell in notebook.cells if cell.cell_type == "code"
+                    for tree in _cell_trees(cell.source)]
+        return [_parse(path.read_bytes())]
+    except Exception:  # noqa: BLE001 - an unreadable file binds nothing here
+        return None
+
+
+def bound_entry_points(path: Path) -> set[str]:
+    """The MoCo entry-point names ``path`` binds at top level, read without running it."""
+    names: set[str] = set()
+    for tree in module_trees(Path(path)) or ():
+        names |= top_level_bindings(tree)
+    return names & set(ENTRY_POINTS)
+
+
+# a shared module may provide the warm-up (LAB 07's is often factored out): binding only
+# moco_warmup does not make a file a submission of its own
+HELPER_MAY_BIND = frozenset({"moco_warmup"})
+
+
+def may_be_helper(path: Path) -> bool:
+    """A ``.py`` file another file of the same student may import: it parses and binds no
+    entry point but the warm-up (a file that binds one is graded on its own, or is a
+    classmate's)."""
+    trees = module_trees(Path(path))
+    submission_names = set(ENTRY_POINTS) - HELPER_MAY_BIND
+    return trees is not None and not any(top_level_bindings(tree) & submission_names
+                                         for tree in trees)
+
+
+def style_from_source(path: Path) -> str | None:
+    """The style the entry points ``path`` binds point to (``style_of_names``), or None."""
+    return style_of_names(bound_entry_points(path))

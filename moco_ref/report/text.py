@@ -1,0 +1,152 @@
+"""Text every renderer shares, safe to show a student: strict JSON, the inferred settings in
+words, a submission named without the grading machine's paths, text with no local path or
+command, and Markdown that shows what a submission or a check wrote exactly as written
+(fenced code, inline code, escaped prose).
+
+One definition of each, used by the terminal and JSON reports (``formats``), the platforms'
+results (``lms``) and the feedback pages (``feedback``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from enum import Enum
+from pathlib import Path
+
+from moco_ref.judge.results import SubmissionReport
+from moco_ref.probe.source import SUBMISSION_SUFFIXES
+
+_INFERRED_ORDER = ("m", "capacity", "batch_size", "order", "temperature")
+# An absolute POSIX path of at least two components, not glued to a word (so ``1/2``,
+# ``query/key`` and ``a / b`` stay as they are).
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~/\\-])(?:/[\w.+@%~=-]+){2,}/?")
+# A sentence that tells the reader to run a moco-ref command: meant for staff, not students.
+_LOCAL_COMMAND = re.compile(r"[^.\n]*`moco-ref [^`\n]*`[^.\n]*\.?")
+_RERUN_LINE = re.compile(r"^\s*\(?rerun:.*$\n?", re.MULTILINE | re.IGNORECASE)
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~&!])")
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def dumps_strict(payload) -> str:
+    """Strict JSON: NaN and infinities (a diverged loss as evidence) become strings."""
+    return json.dumps(_finite(payload), indent=2, default=_json_default, allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    if hasattr(value, "tolist") and not isinstance(value, Enum):
+        return _finite(value.tolist())
+    return value
+
+
+def _json_default(value):
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):  # tensors, numpy arrays and scalars
+        return value.tolist()
+    return repr(value)
+
+
+# --------------------------------------------------------------------------- wording
+
+
+def inferred_text(inferred: dict) -> str:
+    """``m=0.95, capacity=240, batch size=60, order=lab`` — known keys first."""
+    keys = [key for key in _INFERRED_ORDER if key in inferred]
+    keys += sorted(key for key in inferred if key not in _INFERRED_ORDER)
+    return ", ".join(f"{key.replace('_', ' ')}={_value_text(inferred[key])}" for key in keys)
+
+
+def _value_text(value) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def one_line_reason(text: str) -> str:
+    """A traceback's last line (the exception), otherwise the text's first line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
+# --------------------------------------------------------------------------- student-safe
+
+
+def submission_folder(report: SubmissionReport) -> Path | None:
+    """The folder the submission's file is in (its files are named relative to it)."""
+    if not report.submission.endswith(SUBMISSION_SUFFIXES):
+        return None
+    return Path(report.submission).absolute().parent
+
+
+def submission_name(report: SubmissionReport, root: Path | None = None) -> str:
+    """The submission's file name (relative to ``root`` when it is inside it)."""
+    path = Path(report.submission)
+    if root is not None:
+        try:
+            return Path(path.absolute()).relative_to(root).as_posix()
+        except ValueError:
+            pass
+    return path.name
+
+
+def student_text(text: str, submission_root: Path | str | None = None) -> str:
+    """``text`` with no path of the grading machine and no local command: a path inside
+    ``submission_root`` becomes relative to it, any other absolute path its last component;
+    rerun lines and sentences that show a ``moco-ref`` command are left out."""
+    text = str(text)
+    if submission_root is not None:
+        root = Path(submission_root)
+        for form in {str(root), str(root.absolute()), str(_resolved(root))}:
+            if form not in ("", "/", "."):
+                text = text.replace(form.rstrip("/") + "/", "")
+    text = _RERUN_LINE.sub("", text)
+    text = _LOCAL_COMMAND.sub("", text)
+    return _ABSOLUTE_PATH.sub(_last_component, text)
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path
+
+
+def _last_component(match: re.Match) -> str:
+    name = match.group(0).rstrip("/").rsplit("/", 1)[-1]
+    return name or "…"
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def fence(text: str, info: str = "text") -> str:
+    """``text`` in a fenced code block longer than any run of backticks inside it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{info}\n{text.rstrip()}\n{ticks}"
+
+
+def code_span(text: str) -> str:
+    """``text`` as an inline code span (one line)."""
+    text = " ".join(str(text).split())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def md_escape(text: str) -> str:
+    """``text`` as Markdown prose that reads literally (no emphasis, links, HTML or tables)."""
+    return _MD_SPECIAL.sub(r"\\\1", text)

@@ -1,0 +1,257 @@
+"""Grading a class's submissions: a folder in parallel, one report per submission, a summary,
+deterministic shards for CI matrices or cluster array jobs, and a cache of unchanged ones.
+
+``grade_folder(paths, options, out=…, jobs=…, shard=(i, n), force=…)``:
+
+- **targets**: every ``*.py``/``*.ipynb`` in the folders (recursively, sorted), files given
+  directly, module paths, zips and platform exports (``intake.find_targets``); each has a
+  name, which names its report files and decides its shard (``targets``).
+- **shards**: ``--shard i/n`` keeps the targets whose name hashes to ``i``
+  (``targets.shard_of``).
+- **reports**: ``OUT/<name>.json`` (the JSON report), plus ``OUT/<name>.gradescope.json``,
+  ``OUT/<name>.junit.xml`` and the student's feedback page ``OUT/<name>.feedback.html`` (or
+  ``.md``) when asked; ``OUT/summary.csv``, ``OUT/grades.csv`` and ``OUT/summary.json``
+  (submission, score, max score, failed checks, wall time, …) for the targets of this run —
+  ``summary-I-of-N.*`` for shard I of N, so shards can share a folder.
+- **cache**: an unchanged submission is not graded again unless ``force`` (``cache``).
+  Reports with a timeout or an internal error are not cached.
+
+Reports are deterministic: the same submission under the same options gives the same report
+every time, wall time aside (``comparable``).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moco_ref.judge.results import Status, SubmissionReport
+from moco_ref.probe.options import GradeOptions
+from moco_ref.report.gradebook_csv import gradebook_csv, summary_csv
+from moco_ref.report.scoring import NOT_PASSED, failed_families
+from moco_ref.report.text import dumps_strict
+from moco_ref.run.cache import cache_key, grader_fingerprint, load_cached, store_cached
+from moco_ref.run.intake import find_targets
+from moco_ref.run.output import DEFAULT_OUT, write_atomic
+from moco_ref.run.targets import Target, TargetError, chosen_by, report_stem, shard_of
+
+SUMMARY_FORMAT = "moco-ref-batch/1"
+
+
+@dataclass
+class Outcome:
+    target: Target
+    report: SubmissionReport
+    cached: bool = False
+
+
+@dataclass
+class BatchResult:
+    outcomes: list[Outcome] = field(default_factory=list)
+    skipped_by_shard: int = 0
+    not_regraded: int = 0  # --only: submissions neither chosen nor in the cache
+    interrupted: bool = False  # Ctrl-C: the summary holds what was graded before
+    out: Path | None = None
+    wall_seconds: float = 0.0
+
+
+def comparable(report: SubmissionReport) -> dict:
+    """The report without what may change between two gradings of the same submission: the
+    wall time (and nothing else)."""
+    data = report.to_dict()
+    data.pop("wall_seconds", None)
+    return data
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _with_target_note(report: SubmissionReport, target: Target) -> SubmissionReport:
+    if target.note and target.note not in report.notes:
+        report.notes.insert(0, target.note)
+    return report
+
+
+def write_reports(out: Path, outcome: Outcome, options: GradeOptions, *,
+                  gradescope: bool = False, junit: bool = False, rubric=None,
+                  feedback: str | None = None) -> None:
+    """``<stem>.json``, and when asked ``<stem>.gradescope.json``, ``<stem>.junit.xml`` and
+    the student's feedback page ``<stem>.feedback.html`` / ``.md`` (``feedback``)."""
+    from moco_ref.report.formats import junit_tree, to_json
+    from moco_ref.report.lms import gradescope_results
+
+    stem = report_stem(outcome.target)
+    write_atomic(out / f"{stem}.json", to_json([outcome.report], options))
+    if feedback:
+        from moco_ref.report.feedback import SUFFIXES, render_feedback
+
+        write_atomic(out / f"{stem}{SUFFIXES[feedback]}",
+                     render_feedback(outcome.report, feedback, rubric))
+    if gradescope:
+        write_atomic(out / f"{stem}.gradescope.json",
+                     dumps_strict(gradescope_results(outcome.report, options, rubric)))
+    if junit:
+        import xml.etree.ElementTree as ET
+
+        tree = junit_tree([outcome.report], options)
+        ET.indent(tree)
+        buffer = io.BytesIO()
+        tree.write(buffer, encoding="utf-8", xml_declaration=True)
+        write_atomic(out / f"{stem}.junit.xml", buffer.getvalue().decode("utf-8"))
+
+
+def summary_rows(outcomes: list[Outcome]) -> list[dict]:
+    rows = []
+    for outcome in outcomes:
+        report = outcome.report
+        rows.append({
+            "submission": outcome.target.name,
+            "gradable": report.gradable,
+            "score": report.score if report.gradable else 0.0,
+            "max_score": report.max_score,
+            "failed_checks": [r.check_id for r in report.results if r.status in NOT_PASSED],
+            "wall_seconds": round(report.wall_seconds, 3),
+            "cached": outcome.cached,
+            "style": report.style,
+            "student_id": outcome.target.student_id,
+            "student_name": outcome.target.student_name,
+            "status": grade_status(report),
+            "failed_families": failed_families(report),
+        })
+    return rows
+
+
+def grade_status(report: SubmissionReport) -> str:
+    """``graded``, ``not gradable`` or ``timeout`` (ran out of time, whole or in part)."""
+    if any(result.status is Status.TIMEOUT for result in report.results) or (
+            not report.gradable and "timed out" in report.traceback.lower()):
+        return "timeout"
+    return "graded" if report.gradable else "not gradable"
+
+
+def summary_stem(shard: tuple[int, int] | None) -> str:
+    """``summary``, or ``summary-2-of-5`` for a shard (shards may share an output folder)."""
+    return "summary" if shard is None else f"summary-{shard[0]}-of-{shard[1]}"
+
+
+def write_summary(out: Path, result: BatchResult, options: GradeOptions, *,
+                  shard: tuple[int, int] | None, jobs: int, isolation: str) -> None:
+    rows = summary_rows(result.outcomes)
+    stem = summary_stem(shard)
+    write_atomic(out / f"{stem}.csv", summary_csv(rows))
+    write_atomic(out / f"{stem.replace('summary', 'grades')}.csv", gradebook_csv(rows))
+    write_atomic(out / f"{stem}.json", dumps_strict({
+        "format": SUMMARY_FORMAT,
+        "grader": grader_fingerprint(),
+        "options": options.to_dict(),
+        "shard": f"{shard[0]}/{shard[1]}" if shard else None,
+        "skipped_by_shard": result.skipped_by_shard,
+        "jobs": jobs,
+        "isolation": isolation,
+        "wall_seconds": round(result.wall_seconds, 3),
+        "interrupted": result.interrupted,
+        "graded": sum(not o.cached for o in result.outcomes),
+        "cached": sum(o.cached for o in result.outcomes),
+        "submissions": rows,
+    }))
+
+
+def write_merged(out: Path, summary: dict) -> None:
+    """A merged summary (``gradebook.merge``) as summary.json, summary.csv and grades.csv."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = summary["submissions"]
+    write_atomic(out / "summary.csv", summary_csv(rows))
+    write_atomic(out / "summary.json", dumps_strict(summary))
+    write_atomic(out / "grades.csv", gradebook_csv(rows))
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def grade_folder(
+    paths,
+    options: GradeOptions,
+    *,
+    out: str | Path = DEFAULT_OUT,
+    jobs: int = 2,
+    shard: tuple[int, int] | None = None,
+    force: bool = False,
+    gradescope: bool = False,
+    junit: bool = False,
+    on_done: Callable[[Outcome], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    per_folder: bool = False,
+    only: tuple[str, ...] = (),
+    rubric=None,
+    feedback: str | None = None,
+    isolation: str | None = None,
+) -> BatchResult:
+    """Grade every submission under ``paths`` (of ``shard``), writing reports and summaries to
+    ``out``; ``on_start(total)`` once, ``on_done(outcome)`` as each finishes."""
+    from moco_ref.run.pipeline import grade_tasks
+    from moco_ref.sandbox.client import isolation_description
+
+    started = time.monotonic()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    targets = find_targets(paths, out / ".intake", per_folder=per_folder)
+    chosen = {t.name for t in targets if chosen_by(t, only)} if only else None
+    if chosen is not None and not chosen:
+        raise TargetError(f"--only {' '.join(only)}: no such submission or student id")
+    result = BatchResult(out=out)
+    if shard is not None:
+        kept = [t for t in targets if shard_of(t.name, shard[1]) == shard[0]]
+        result.skipped_by_shard = len(targets) - len(kept)
+        targets = kept
+    if on_start is not None:
+        on_start(len(targets))
+    outcomes: dict[str, Outcome] = {}
+    to_grade: list[tuple[Target, str | None]] = []
+    for target in targets:
+        key = cache_key(target, options, isolation)
+        regrade = force or (chosen is not None and target.name in chosen)
+        cached = None if regrade else load_cached(out, key, target)
+        if cached is None and chosen is not None and target.name not in chosen:
+            result.not_regraded += 1  # --only: the others come from the cache, or not at all
+            continue
+        if cached is not None:
+            cached = _with_target_note(cached, target)
+            outcome = Outcome(target, cached, cached=True)
+            outcomes[target.name] = outcome
+            write_reports(out, outcome, options, gradescope=gradescope, junit=junit,
+                          rubric=rubric, feedback=feedback)
+            if on_done is not None:
+                on_done(outcome)
+        else:
+            to_grade.append((target, key))
+    by_path = {target.path: (target, key) for target, key in to_grade}
+
+    def finished(report: SubmissionReport) -> None:
+        target, key = by_path[report.submission]
+        report = _with_target_note(report, target)
+        outcome = outcomes[target.name] = Outcome(target, report)
+        write_reports(out, outcome, options, gradescope=gradescope, junit=junit,
+                      rubric=rubric, feedback=feedback)
+        store_cached(out, key, report)
+        if on_done is not None:
+            on_done(outcome)
+
+    try:
+        reports = grade_tasks([(target.path, options) for target, _ in to_grade], jobs=jobs,
+                              on_report=finished, isolation=isolation)
+    except KeyboardInterrupt:  # the summary of what was graded before Ctrl-C
+        result.outcomes = [outcomes[t.name] for t in targets if t.name in outcomes]
+        result.interrupted = True
+        result.wall_seconds = time.monotonic() - started
+        write_summary(out, result, options, shard=shard, jobs=jobs, isolation="")
+        raise
+    for (target, _), report in zip(to_grade, reports, strict=True):
+        outcomes[target.name] = Outcome(target, report)
+    result.outcomes = [outcomes[target.name] for target in targets if target.name in outcomes]
+    result.wall_seconds = time.monotonic() - started
+    write_summary(out, result, options, shard=shard, jobs=jobs,
+                  isolation=isolation_description() if to_grade else "")
+    return result

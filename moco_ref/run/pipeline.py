@@ -1,0 +1,267 @@
+"""Grading one submission end to end: observe it in the sandbox, validate every part it
+sent against the probe the grader asked for, judge the record here by recomputation, and
+write the ``SubmissionReport``.
+
+A part that was not observed (it ran out of time, its process died, or what it sent was
+inconsistent) reaches the judge as a typed ``Unobserved`` entry, so every check that needs it
+reports ``timeout`` or ``error`` with the reason — never ``passed`` — while the checks on the
+other parts are judged as usual. Nothing a submission does raises out of
+``grade_submission``; ``observe_sandboxed`` observes and validates the same way without
+judging (for ``moco-ref record``).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+# Everything validating and judging needs is imported here, before any submission runs:
+# nothing a submission does to files afterwards can change the grader's code.
+from moco_ref.judge import checks as _checks  # noqa: F401
+from moco_ref.judge.judge import judge
+from moco_ref.judge.results import SubmissionReport
+from moco_ref.judge.styles import JUDGED_STYLES, validate_part
+from moco_ref.judge.untrusted import clean_text
+from moco_ref.probe import builder as _builder_probe  # noqa: F401
+from moco_ref.probe import lab as _lab_probe  # noqa: F401
+from moco_ref.probe import parts as parts_module
+from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.parts import Unobserved
+from moco_ref.sandbox.observation import SandboxRun, observe_in_sandbox
+
+SUBMISSION_LABEL = "(reported by the submission's process)"  # its notes are its own words
+# Validating and judging are quick; one at a time keeps hypothesis and torch's global RNG calm.
+_JUDGE_LOCK = threading.Lock()
+# Validating and judging count toward --timeout; a submission that used all of its time
+# still has what was observed judged within this much more.
+JUDGE_MIN_SECONDS = 10.0
+
+
+def grade_submission(target: str, options: GradeOptions | None = None, *,
+                     isolation: str | None = None) -> SubmissionReport:
+    """Observe ``target`` in a sandboxed process, judge the observations here, and report.
+    ``isolation``: ``bwrap`` or ``processes`` (None: the environment's default)."""
+    options = options or GradeOptions()
+    started = time.monotonic()
+    try:
+        report = _report(target, options, observe_in_sandbox(target, options, isolation))
+    except Exception as exc:  # noqa: BLE001 - e.g. the zygote could not be started
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        report = SubmissionReport(
+            target, options.style or "unknown", gradable=False,
+            traceback=f"moco-ref internal error while running the submission:\n{trace}",
+        )
+    report.wall_seconds = time.monotonic() - started
+    return _cleaned(report)
+
+
+def _rewrite_texts(report: SubmissionReport, rewrite, note_rewrite=None) -> SubmissionReport:
+    """``rewrite`` applied to every text of the report that may carry the submission's
+    words: its output, traceback, notes (``note_rewrite`` when given) and check messages."""
+    report.stdout, report.stderr = rewrite(report.stdout), rewrite(report.stderr)
+    report.traceback = rewrite(report.traceback)
+    report.notes = [(note_rewrite or rewrite)(note) for note in report.notes]
+    report.results = [replace(result, message=rewrite(result.message))
+                      for result in report.results]
+    return report
+
+
+def _shown_as_original(report: SubmissionReport, run: SandboxRun) -> SubmissionReport:
+    """Paths of the copy the submission's process loaded, written as the original's."""
+    pairs = run.copies
+
+    def restore(text: str) -> str:
+        for copy, original in pairs:
+            text = text.replace(copy, original)
+        return text
+
+    return _rewrite_texts(report, restore)
+
+
+def _cleaned(report: SubmissionReport) -> SubmissionReport:
+    """The report made safe to show (``untrusted.clean_text``); at most 50 notes."""
+    report.notes = report.notes[:50]
+    return _rewrite_texts(report, clean_text, lambda note: clean_text(note, cap=2_000))
+
+
+def grade_many(
+    targets: list[str], options: GradeOptions | None = None, *, jobs: int = 1, on_report=None,
+    isolation: str | None = None,
+) -> list[SubmissionReport]:
+    """Grade several submissions under the same options, ``jobs`` at a time; reports keep the
+    order of ``targets``. ``on_report(report)`` is called as each one finishes."""
+    options = options or GradeOptions()
+    return grade_tasks([(target, options) for target in targets], jobs=jobs, on_report=on_report,
+                       isolation=isolation)
+
+
+def grade_tasks(
+    tasks: list[tuple[str, GradeOptions]], *, jobs: int = 1, on_report=None,
+    isolation: str | None = None,
+) -> list[SubmissionReport]:
+    """Like ``grade_many`` with options of its own for each submission."""
+
+    def grade(task: tuple[str, GradeOptions]) -> SubmissionReport:
+        report = grade_submission(*task, isolation=isolation)
+        if on_report is not None:
+            on_report(report)
+        return report
+
+    if jobs <= 1 or len(tasks) <= 1:
+        return [grade(task) for task in tasks]
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="moco-ref-grade")
+    try:
+        return list(pool.map(grade, tasks))
+    except KeyboardInterrupt:  # Ctrl-C: nothing new starts; the jobs running finish
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _report(target: str, options: GradeOptions, run: SandboxRun) -> SubmissionReport:
+    report = _report_shell(target, options, run)
+    if not report.traceback:
+        deadline = max(run.deadline, time.monotonic() + JUDGE_MIN_SECONDS)
+        report = _judged(report, options, run, deadline)
+    return _shown_as_original(report, run)
+
+
+def _report_shell(target: str, options: GradeOptions, run: SandboxRun) -> SubmissionReport:
+    """The report before judging: style, notes, output; ``traceback`` set when the submission
+    is not gradable."""
+    style = run.reported_style or options.style or "unknown"
+    notes = [f"{SUBMISSION_LABEL} {note}" for note in run.notes]
+    refused = run.refused_imports
+    if refused:
+        notes.append("the submission tried to import the reference implementation ("
+                     + ", ".join(refused) + "); the import was refused")
+    report = SubmissionReport(
+        submission=target,
+        style=style,
+        gradable=False,
+        notes=notes,
+        stdout=run.stdout,
+        stderr=run.stderr,
+        isolation=run.isolation,
+    )
+    if run.failure:
+        report.traceback = run.failure
+        return report
+    if options.style is not None and style != options.style:
+        report.traceback = (f"the submission's process reported style {style!r} where "
+                            f"{options.style!r} was asked for: the record was tampered with")
+        return report
+    if not run.done and not any(gap.timed_out for gap in run.missing.values()):
+        # crashed before any observation: not gradable, as at load time
+        report.traceback = "\n".join(f"{name}: {gap.reason}"
+                                     for name, gap in run.missing.items())
+    return report
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def _assembled(report: SubmissionReport, options: GradeOptions, run: SandboxRun,
+               deadline: float | None = None) -> tuple[dict, dict[str, Unobserved]]:
+    """The observation record to judge: the validated parts, and an ``Unobserved`` entry for
+    each part that is missing, failed or invalid. Returns ``(observations, missing)``."""
+    style = report.style
+    missing = dict(run.missing)
+    entries: dict[str, object] = {}
+    meta: list[dict] = []
+    for name, part in run.done.items():
+        if part.failed is not None:
+            missing[name] = Unobserved(name, "observing it raised:\n" + part.failed, False)
+            continue
+        if deadline is not None and time.monotonic() > deadline:
+            missing[name] = Unobserved(name, "its observations could not be checked before "
+                                       "the submission's time (--timeout) ran out", True)
+            continue
+        with _JUDGE_LOCK:  # the probe is rebuilt with torch's global RNG: one at a time
+            problem = validate_part(style, name, part.data, part.meta, options)
+        if problem:
+            missing[name] = Unobserved(
+                name, "its observations are inconsistent with the probe the grader ran, so "
+                f"they were discarded: {problem}", False)
+            continue
+        entries[name] = part.data
+        meta.append(part.meta or {})
+        if isinstance(part.data, dict) and part.data.get(parts_module.INPUT_MUTATED):
+            report.notes.append(
+                "train_moco modified its input x (the probe's images) in place; its recorded "
+                "forwards could not be cross-checked against the probe's own images")
+    entries.update(missing)
+    observations = parts_module.assemble(style, meta, entries)
+    known = JUDGED_STYLES.get(style)
+    if known is not None:
+        known.complete(observations, run.stage.defined if run.stage else {}, options)
+    observations.setdefault("style", style)
+    return observations, missing
+
+
+def _judged(report: SubmissionReport, options: GradeOptions, run: SandboxRun,
+            deadline: float | None = None) -> SubmissionReport:
+    observations, _ = _assembled(report, options, run, deadline)
+    try:
+        with _JUDGE_LOCK:
+            results, inferred = judge(observations, report.style, options, deadline=deadline)
+    except Exception as exc:  # noqa: BLE001 - a grader bug must not end the whole run
+        report.traceback = "moco-ref internal error while judging (please report it):\n" + (
+            "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        )
+        return report
+    report.gradable = True
+    skipped = run.stage.skipped if run.stage else {}
+    report.results = [_with_skipped_line(result, skipped) for result in results]
+    report.inferred = dict(inferred)
+    return report
+
+
+_NAME_ERROR = re.compile(r"NameError: name '([A-Za-z_][A-Za-z0-9_]{0,80})' is not defined")
+
+
+def _with_skipped_line(result, skipped):
+    """A NameError for a name that a skipped top-level statement of the notebook would have
+    bound says so: the statement, and how to have it run."""
+    match = _NAME_ERROR.search(result.message or "")
+    if not match or not isinstance(skipped, dict):
+        return result
+    where = skipped.get(match.group(1))
+    if not isinstance(where, str):
+        return result
+    hint = (f"\n{match.group(1)} is assigned in {where[:200]}, which the grader skipped as "
+            "top-level work (only imports, definitions and constant assignments run). Make it "
+            "a constant, compute it inside the function that uses it, or grade with "
+            "--execute-all-cells.")
+    return replace(result, message=result.message + hint)
+
+
+def observe_sandboxed(target: str, options: GradeOptions | None = None, *,
+                      isolation: str | None = None) -> dict:
+    """Observe ``target`` in the sandbox, exactly as grading does, without judging:
+    ``{"gradable", "style", "notes", "traceback", "observations", "missing"}``. The
+    observations are validated part by part; a missing or invalid part is left out and named
+    with its reason in ``missing``."""
+    options = options or GradeOptions()
+    try:
+        run = observe_in_sandbox(target, options, isolation)
+    except Exception as exc:  # noqa: BLE001
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return {"gradable": False, "style": options.style, "notes": [], "observations": {},
+                "missing": {}, "traceback": f"moco-ref internal error:\n{trace}"}
+    report = _cleaned(_shown_as_original(_report_shell(target, options, run), run))
+    record = {"gradable": False, "style": report.style, "notes": report.notes,
+              "observations": {}, "missing": {}, "traceback": report.traceback}
+    if report.traceback:
+        return record
+    observations, missing = _assembled(report, options, run)
+    observations = {key: value for key, value in observations.items()
+                    if not isinstance(value, Unobserved)}
+    record.update(gradable=True, observations=observations, notes=report.notes,
+                  missing={name: gap.reason for name, gap in missing.items()})
+    return record

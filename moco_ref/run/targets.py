@@ -1,0 +1,151 @@
+"""What a user points the grader at, named: which paths and module names are submissions, the
+stable name of each (it names its report files and decides its shard), the shards, and which
+submissions ``--only`` chooses.
+
+- **targets**: files and module paths as given; a folder's ``*.py``/``*.ipynb`` files (one
+  level for ``grade``, recursively for a batch), sorted, leaving out hidden, private and
+  test-config files. A target's *name* is its path relative to the folder it was found in
+  (or its file name / module path).
+- **shards**: ``--shard i/n`` keeps the targets whose name hashes to ``i`` (``sha256`` of the
+  name, mod ``n``; 1-based ``i``): stable across machines, Python versions and reorderings,
+  and every target lands in exactly one shard.
+
+Nothing here runs submission code: a module path is checked to be importable without being
+imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from moco_ref.probe.source import SUBMISSION_SUFFIXES, is_module_target
+
+_SKIPPED_FILE_NAMES = {"conftest.py", "setup.py"}
+_SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", ".git", ".hypothesis"}
+
+
+class TargetError(ValueError):
+    """A path or module name that names no submission (a usage error, not a grade)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str  # what is graded: a file path or a module path
+    name: str  # stable identifier: relative path (or module path); names the report files
+    student_id: str = ""  # from the platform's export, when it says
+    student_name: str = ""
+    note: str = ""  # how the file was chosen (latest of several, helper modules beside it)
+
+
+# --------------------------------------------------------------------------- which targets
+
+
+def expand_targets(paths) -> list[str]:
+    """Files and module names as given; each folder becomes its ``*.py``/``*.ipynb`` files,
+    sorted, leaving out ``__init__``, private, hidden and test-config files.
+
+    Raises ``TargetError`` for a missing path or a folder without submissions.
+    """
+    targets: list[str] = []
+    for raw in paths:
+        target = str(raw)
+        path = Path(target)
+        if path.is_dir():
+            found = sorted(
+                str(child)
+                for child in path.iterdir()
+                if child.is_file()
+                and child.suffix in SUBMISSION_SUFFIXES
+                and not child.name.startswith(("_", "."))
+                and child.name not in _SKIPPED_FILE_NAMES
+            )
+            if not found:
+                raise TargetError(f"no submissions (*.py or *.ipynb files) in folder {target}")
+            targets.extend(found)
+        elif path.is_file():
+            if path.suffix not in SUBMISSION_SUFFIXES:
+                raise TargetError(f"{target} is neither a .py file nor a .ipynb notebook")
+            targets.append(target)
+        elif is_module_target(target) and _importable(target):
+            targets.append(target)
+        else:
+            raise TargetError(f"no such file, folder or importable module: {target}")
+    return targets
+
+
+def _importable(module_path: str) -> bool:
+    """Whether the top-level package of ``module_path`` can be found, from the current folder
+    or the installed ones — without importing anything (no submission code runs here)."""
+    head = module_path.split(".")[0]
+    try:
+        return (
+            importlib.machinery.PathFinder.find_spec(head, [os.getcwd()]) is not None
+            or importlib.util.find_spec(head) is not None
+        )
+    except (ImportError, ValueError):
+        return False
+
+
+def folder_targets(path: Path) -> list[Target]:
+    """Every submission file under the folder ``path``, recursively and sorted, each named by
+    its path relative to ``path`` (hidden, private and test-config files, and the files of
+    hidden or cache folders, left out, as ``expand_targets`` does for one level)."""
+    found = []
+    for file in sorted(path.rglob("*")):
+        relative = file.relative_to(path)
+        if any(part.startswith(".") or part in _SKIPPED_DIRS for part in relative.parts[:-1]):
+            continue
+        if (file.is_file() and file.suffix in SUBMISSION_SUFFIXES
+                and not file.name.startswith(("_", "."))
+                and file.name not in _SKIPPED_FILE_NAMES):
+            found.append(Target(str(file), relative.as_posix()))
+    if not found:
+        raise TargetError(f"no submissions (*.py or *.ipynb files) in folder {path}")
+    return found
+
+
+def named_targets(raw) -> list[Target]:
+    """A file, a module path or a folder (one level) as given, each named by its file name
+    (a module path: itself)."""
+    return [Target(target, target if is_module_target(target) else Path(target).name)
+            for target in expand_targets([raw])]
+
+
+# --------------------------------------------------------------------------- names
+
+
+def report_stem(target: Target) -> str:
+    """``sub/alice.py`` → ``sub__alice.py``: one flat folder of reports."""
+    return target.name.replace("/", "__").replace("\\", "__")
+
+
+def chosen_by(target: Target, only) -> bool:
+    """Whether ``--only`` names this submission: its name, file stem, folder or student id."""
+    names = {target.name, Path(target.name).stem, target.name.split("/", 1)[0]}
+    names |= set(target.student_id.split(";")) - {""}
+    return bool(names & set(only))
+
+
+# --------------------------------------------------------------------------- shards
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/5"`` → ``(2, 5)``; 1-based."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard wants i/n (e.g. 2/5), got {text!r}") from None
+    if count < 1 or not 1 <= index <= count:
+        raise ValueError(f"--shard {text}: need 1 ≤ i ≤ n")
+    return index, count
+
+
+def shard_of(name: str, count: int) -> int:
+    """The 1-based shard a target's name falls in."""
+    digest = hashlib.sha256(name.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % count + 1

@@ -1,0 +1,1 @@
+"""The test suite: one folder per package room, shared helpers in ``tests.helpers``."""

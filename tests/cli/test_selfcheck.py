@@ -1,0 +1,36 @@
+"""The self-check a student runs inside the notebook before submitting."""
+
+from __future__ import annotations
+
+import nbformat
+
+from moco_ref import selfcheck
+from moco_ref.judge.rubric import rubric_from_mapping
+from tests.helpers.conformance_support import SUBMISSIONS
+
+
+def _notebook_history(name: str) -> list[str]:
+    notebook = nbformat.read(str(SUBMISSIONS / name), as_version=4)
+    return ["", *(c.source for c in notebook.cells if c.cell_type == "code"),
+            "import moco_ref.selfcheck\nmoco_ref.selfcheck.run(globals())"]
+
+
+def test_the_cells_the_notebook_ran_are_graded_as_a_submission(capsys):
+    namespace = {"__name__": "__main__", "In": _notebook_history("correct_notebook.ipynb")}
+    assert not any("selfcheck" in cell for cell in selfcheck.cells_of(namespace))
+    hidden = rubric_from_mapping({"visibility": {"I4": "hidden"}})
+    report = selfcheck.run(namespace, rubric=hidden)  # outside IPython: plain text
+    assert report.gradable and report.score == report.max_score
+    out = capsys.readouterr().out
+    assert out.startswith("moco-ref self-check: 100/100")
+    assert "I3-fifo-keeps-newest" in out and "I4-same-source-masked" not in out
+    assert "full feedback: " in out and out.strip().endswith("feedback.html")
+
+
+def test_the_html_table_names_a_failure_and_links_the_page(tmp_path):
+    namespace = {"__name__": "__main__",
+                 "In": ["", (SUBMISSIONS / "bug_no_mask.py").read_text()]}
+    report = selfcheck.run(namespace, show=False)
+    table = selfcheck.html_table(report, rubric_from_mapping({}), tmp_path / "f.html")
+    assert "<table>" in table and "I4-same-source-masked" in table and "failed" in table
+    assert 'href="file://' in table

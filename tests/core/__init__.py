@@ -1,0 +1,1 @@
+"""Tests of moco_ref.core, the reference MoCo."""

@@ -1,0 +1,1 @@
+"""Tests of moco_ref.sandbox: the isolation, and what crosses the wall from a submission."""

@@ -1,0 +1,63 @@
+"""Which isolation grades a submission: bwrap by default, refused in one line where it cannot
+run, ``--isolation processes`` only when asked for, and the report says which was in force."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from moco_ref.cli import main
+from moco_ref.sandbox import bwrap, client
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "submissions",
+                       "correct_lab_order.py")
+NO_USERNS = ("bwrap: No permissions to create a new namespace, likely because the kernel "
+             "does not allow non-privileged user namespaces.")
+
+
+@pytest.fixture
+def no_zygotes(monkeypatch):
+    """A fresh zygote cache: the test's own sandbox is started (or refused) anew."""
+    monkeypatch.setattr(client, "_ZYGOTES", {})
+    monkeypatch.setenv(client.ISOLATION_VARIABLE, "bwrap")  # the default; undone afterwards
+
+
+def _fake_bwrap(tmp_path, message: str) -> str:
+    path = tmp_path / "bwrap"
+    path.write_text(f"#!/bin/sh\necho '{message}' >&2\nexit 1\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.mark.parametrize(("found", "reason"), [
+    ("refuses", "No permissions to create a new namespace"),
+    ("missing", "no bwrap"),
+])
+def test_grading_is_refused_in_one_line_when_bwrap_cannot_run(tmp_path, monkeypatch, capsys,
+                                                              no_zygotes, found, reason):
+    fake = _fake_bwrap(tmp_path, NO_USERNS) if found == "refuses" else None
+    monkeypatch.setattr(bwrap, "executable", lambda: fake)
+    assert main(["grade", EXAMPLE]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "the sandbox cannot run here" in err and reason in err
+    assert "--isolation processes" in err and "Traceback" not in err
+
+
+def test_processes_isolation_is_used_only_when_asked_and_is_reported(capsys, no_zygotes):
+    assert main(["grade", "--isolation", "processes", "--json", EXAMPLE]) == 0
+    report = json.loads(capsys.readouterr().out)
+    report = report["reports"][0]
+    assert report["isolation"].startswith("processes: for trusted code only")
+
+
+def test_the_default_isolation_is_bwrap_and_the_report_says_so(capsys):
+    assert main(["grade", "--json", EXAMPLE]) == 0
+    report = json.loads(capsys.readouterr().out)
+    report = report["reports"][0]
+    assert report["isolation"].startswith("bwrap: ") and "seccomp" in report["isolation"]
+    assert report["score"] == report["max_score"]

@@ -1,0 +1,1 @@
+"""Tests of moco_ref.tools: training, walk, export, data, refactor guard, sensitivity, etc."""
