@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from moco_ref.probe.options import STYLES
+from moco_ref.probe.options import STYLES, family_of
 
 FAMILIES = ("contract", "I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "warmup")
 
@@ -88,11 +88,6 @@ _CHECKS: dict[str, CheckSpec] = {}
 
 def function_name(check_id: str, style: str | None) -> str:
     return check_id.lower().replace("-", "_") + (f"_{style}" if style else "")
-
-
-def family_of(check_id: str) -> str:
-    """The family a check id starts with: ``I3-fifo-keeps-newest`` is in ``I3``."""
-    return check_id.split("-", 1)[0]
 
 
 def check(check_id: str, title: str, *, points: float, contract: str) -> CheckSpec:

@@ -57,6 +57,9 @@ class SubmissionReport:
     stderr: str = ""
     wall_seconds: float = 0.0
     isolation: str = ""  # how the submission's process was isolated (the grader's own words)
+    # the grader's own failure while grading it (an internal error, its warm process died):
+    # such a report is never cached and never stands as the student's grade
+    grader_trouble: str = ""
 
     @property
     def score(self) -> float:
@@ -80,6 +83,7 @@ class SubmissionReport:
             "stderr": self.stderr,
             "wall_seconds": self.wall_seconds,
             "isolation": self.isolation,
+            "grader_trouble": self.grader_trouble,
             "results": [r.to_dict() for r in self.results],
         }
 
@@ -94,4 +98,5 @@ class SubmissionReport:
             traceback=data.get("traceback", ""), stdout=data.get("stdout", ""),
             stderr=data.get("stderr", ""), wall_seconds=float(data.get("wall_seconds", 0.0)),
             isolation=str(data.get("isolation", "")),
+            grader_trouble=str(data.get("grader_trouble", "")),
         )

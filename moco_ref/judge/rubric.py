@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import tomllib
 
 from moco_ref.judge.registry import FAMILIES, all_checks, get_check, unknown_selectors
+from moco_ref.probe.options import family_of
 
 DEFAULT_TOTAL = 100.0
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
@@ -56,7 +57,7 @@ class Rubric:
 
     def visibility_of(self, check_id: str) -> str:
         """The check's own entry, else its family's, else ``visible``."""
-        family = check_id.split("-", 1)[0]
+        family = family_of(check_id)
         return self.visibility.get(check_id) or self.visibility.get(family) or "visible"
 
     def family_weight(self, family: str) -> float:

@@ -3,7 +3,7 @@ which checks to run. Shared by the observing side, the judging side and the comm
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from moco_ref.probe.styles import STYLE_NAMES as STYLES  # noqa: F401 - what --style accepts
 
@@ -38,10 +38,20 @@ class GradeOptions:
         data["rubric"] = tuple((str(k), float(v)) for k, v in data.get("rubric", ()))
         return cls(**data)
 
+    def for_the_probe(self) -> GradeOptions:
+        """What the submission's process is told: everything but the course's rubric (points
+        are the judge's business, never the probe's)."""
+        return replace(self, rubric=())
+
     def selects(self, check_id: str) -> bool:
         """A whole check id, or its family: ``I1`` selects ``I1-…`` and never ``I10-…``."""
-        family = check_id.split("-", 1)[0]
+        family = family_of(check_id)
         return not self.checks or any(chosen in (check_id, family) for chosen in self.checks)
+
+
+def family_of(check_id: str) -> str:
+    """The family a check id starts with: ``I3-fifo-keeps-newest`` is in ``I3``."""
+    return check_id.split("-", 1)[0]
 
 
 # --------------------------------------------------------------------------- the option table

@@ -114,8 +114,12 @@ def store_cached(out: Path, key: str | None, report: SubmissionReport) -> None:
 
 
 def report_is_cacheable(report: SubmissionReport) -> bool:
-    """Timeouts and internal errors may not happen again: those reports are not kept."""
-    if "moco-ref internal error" in report.traceback:
+    """The one place that decides what may be cached: a report made under the grader's own
+    trouble (``grader_trouble``) never is, nor one where time ran out (a timeout may not happen
+    again on a quieter machine)."""
+    from moco_ref.sandbox.observation import LOAD_TIMED_OUT
+
+    if report.grader_trouble:
         return False
     return not any(result.status is Status.TIMEOUT for result in report.results) and \
-        "timed out after" not in report.traceback
+        not report.traceback.startswith(LOAD_TIMED_OUT)

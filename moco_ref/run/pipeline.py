@@ -54,6 +54,7 @@ def grade_submission(target: str, options: GradeOptions | None = None, *,
         report = SubmissionReport(
             target, options.style or "unknown", gradable=False,
             traceback=f"moco-ref internal error while running the submission:\n{trace}",
+            grader_trouble=f"internal error: {type(exc).__name__}: {exc}"[:500],
         )
     report.wall_seconds = time.monotonic() - started
     return _cleaned(report)
@@ -151,6 +152,7 @@ def _report_shell(target: str, options: GradeOptions, run: SandboxRun) -> Submis
     )
     if run.failure:
         report.traceback = run.failure
+        report.grader_trouble = run.grader_trouble
         return report
     if options.style is not None and style != options.style:
         report.traceback = (f"the submission's process reported style {style!r} where "
@@ -214,6 +216,7 @@ def _judged(report: SubmissionReport, options: GradeOptions, run: SandboxRun,
         report.traceback = "moco-ref internal error while judging (please report it):\n" + (
             "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         )
+        report.grader_trouble = f"internal error while judging: {type(exc).__name__}"
         return report
     report.gradable = True
     skipped = run.stage.skipped if run.stage else {}

@@ -179,7 +179,7 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
             "token": token,
             "nonce": nonce.hex(),
             "target": target,
-            "options": options.to_dict(),
+            "options": options.for_the_probe().to_dict(),
             "import_root": import_root,
             "scratch": SCRATCH if sandboxed else os.path.realpath(scratch),
             "memory_mb": options.memory_mb,

@@ -45,6 +45,7 @@ from moco_ref.sandbox.attempt import Attempt, run_attempt
 from moco_ref.sandbox.client import current_zygote
 
 MIN_RETRY_SECONDS = 3.0  # observing the remaining parts anew needs at least this much time
+LOAD_TIMED_OUT = "timed out after"  # how a report whose loading ran out of time begins
 
 
 @dataclass
@@ -204,7 +205,7 @@ def _not_loaded(attempt: Attempt, options: GradeOptions) -> str:
         return f"the observation channel was tampered with: {attempt.corrupt}"
     if attempt.timed_out:
         return (
-            f"timed out after {options.timeout:g} s while loading the submission (before any "
+            f"{LOAD_TIMED_OUT} {options.timeout:g} s while loading the submission (before any "
             "observation): top-level work such as a training run? Notebooks skip it unless "
             "--execute-all-cells is given."
         )
