@@ -240,7 +240,8 @@ def grade_folder(
             on_done(outcome)
 
     try:
-        reports = grade_tasks([(target.path, options) for target, _ in to_grade], jobs=jobs,
+        reports = grade_tasks([(target.path, options, target.helpers)
+                               for target, _ in to_grade], jobs=jobs,
                               on_report=finished, isolation=isolation)
     except KeyboardInterrupt:  # the summary of what was graded before Ctrl-C
         result.outcomes = [outcomes[t.name] for t in targets if t.name in outcomes]

@@ -42,13 +42,16 @@ JUDGE_MIN_SECONDS = 10.0
 
 
 def grade_submission(target: str, options: GradeOptions | None = None, *,
-                     isolation: str | None = None) -> SubmissionReport:
+                     isolation: str | None = None, helpers: bool = True) -> SubmissionReport:
     """Observe ``target`` in a sandboxed process, judge the observations here, and report.
-    ``isolation``: ``bwrap`` or ``processes`` (None: the environment's default)."""
+    ``isolation``: ``bwrap`` or ``processes`` (None: the environment's default); ``helpers``:
+    whether the ``.py`` files beside it may be its helper modules (not in a folder several
+    students share)."""
     options = options or GradeOptions()
     started = time.monotonic()
     try:
-        report = _report(target, options, observe_in_sandbox(target, options, isolation))
+        run = observe_in_sandbox(target, options, isolation, helpers=helpers)
+        report = _report(target, options, run)
     except Exception as exc:  # noqa: BLE001 - e.g. the zygote could not be started
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         report = SubmissionReport(
@@ -101,13 +104,15 @@ def grade_many(
 
 
 def grade_tasks(
-    tasks: list[tuple[str, GradeOptions]], *, jobs: int = 1, on_report=None,
-    isolation: str | None = None,
+    tasks: list[tuple], *, jobs: int = 1, on_report=None, isolation: str | None = None,
 ) -> list[SubmissionReport]:
-    """Like ``grade_many`` with options of its own for each submission."""
+    """Like ``grade_many`` with options of its own for each submission: each task is
+    ``(target, options)`` or ``(target, options, helpers)``."""
 
-    def grade(task: tuple[str, GradeOptions]) -> SubmissionReport:
-        report = grade_submission(*task, isolation=isolation)
+    def grade(task: tuple) -> SubmissionReport:
+        target, options, *rest = task
+        report = grade_submission(target, options, isolation=isolation,
+                                  helpers=bool(rest[0]) if rest else True)
         if on_report is not None:
             on_report(report)
         return report

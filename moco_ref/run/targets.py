@@ -40,6 +40,7 @@ class Target:
     student_id: str = ""  # from the platform's export, when it says
     student_name: str = ""
     note: str = ""  # how the file was chosen (latest of several, helper modules beside it)
+    helpers: bool = True  # may the .py files beside it be its helpers (its own folder)?
 
 
 # --------------------------------------------------------------------------- which targets

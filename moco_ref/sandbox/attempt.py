@@ -40,7 +40,7 @@ STOP_GRACE_SECONDS = 5.0
 MAX_HELPER_BYTES = 4 * 2**20  # a helper module beside the submission larger than this stays
 
 
-def copy_submission(target: str, folder: Path) -> str:
+def copy_submission(target: str, folder: Path, *, helpers: bool = True) -> str:
     """A copy of the submission for its process to load: the file, and the helper modules
     beside it — the ``.py`` files that bind no MoCo entry point of their own
     (``moco_ref.probe.source.may_be_helper``). A sibling
@@ -49,7 +49,7 @@ def copy_submission(target: str, folder: Path) -> str:
     source = Path(target).resolve()
     folder.mkdir(parents=True)
     shutil.copy2(source, folder / source.name)
-    for sibling in helper_files(source):
+    for sibling in helper_files(source) if helpers else ():
         shutil.copy2(sibling, folder / sibling.name)
     return str(folder / source.name)
 
@@ -142,7 +142,10 @@ class Attempt:
 
 
 def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: float,
-                only_parts: list[str] | None) -> Attempt:
+                only_parts: list[str] | None, *, helpers: bool = True) -> Attempt:
+    """One process observing ``target`` (``only_parts`` of it). ``helpers``: whether the
+    ``.py`` files beside it may be its helper modules (never in a folder shared by several
+    students)."""
     sandboxed = zygote.sandboxed
     attempt = Attempt(asked=only_parts)
     token, nonce = secrets.token_hex(16), new_nonce()
@@ -155,7 +158,7 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
         import_root = os.getcwd()
         if not is_module_target(target):
             attempt.original_folder = str(Path(target).resolve().parent)
-            target = copy_submission(target, copy)
+            target = copy_submission(target, copy, helpers=helpers)
         elif sandboxed:  # the module (its top-level package) is sent, not the folder
             copy_module(target, copy)
         if sandboxed:  # the job sees its own scratch only; the files arrive as a tar stream

@@ -102,8 +102,8 @@ class SandboxRun:
         return next((a.result for a in self.attempts if isinstance(a.result, dict)), None) or {}
 
 
-def observe_in_sandbox(target: str, options: GradeOptions,
-                       isolation: str | None = None) -> SandboxRun:
+def observe_in_sandbox(target: str, options: GradeOptions, isolation: str | None = None,
+                       *, helpers: bool = True) -> SandboxRun:
     zygote = current_zygote(reference=options.allow_reference_import, isolation=isolation)
     deadline = time.monotonic() + options.timeout  # the zygote's start-up is not the job's
     attempts: list[Attempt] = []
@@ -114,7 +114,7 @@ def observe_in_sandbox(target: str, options: GradeOptions,
     only: list[str] | None = None
     failure = ""  # why the submission is not gradable, if it is not
     while True:
-        attempt = run_attempt(zygote, target, options, deadline, only)
+        attempt = run_attempt(zygote, target, options, deadline, only, helpers=helpers)
         attempts.append(attempt)
         if attempt.internal_error:
             failure = f"moco-ref internal error: {attempt.internal_error}"
