@@ -197,7 +197,7 @@ def test_ctrl_c_stops_cleanly_and_writes_the_partial_summary(tmp_path, monkeypat
         (folder / name).write_text("def train_moco():\n    pass\n")
     seen = []
 
-    def fake(target, options=None, isolation=None):
+    def fake(target, options=None, isolation=None, helpers=True):
         if len(seen) == 1:
             raise KeyboardInterrupt
         seen.append(target)
