@@ -9,7 +9,9 @@ errors (a missing path, a ``--check`` that names nothing, a value out of range).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from moco_ref.cli.grade_batch import is_batch, run_batch, run_merge
@@ -23,6 +25,9 @@ from moco_ref.cli.options import (
     rubric_of,
     usage_error,
 )
+from moco_ref.probe.options import probe_key_of
+
+PROBE_SECRET_VARIABLE = "MOCO_REF_PROBE_SECRET"
 
 
 def add_parser(subparsers) -> None:
@@ -108,6 +113,12 @@ def add_parser(subparsers) -> None:
                          help="the course's points per family or check (TOML; `moco-ref rubric "
                               "show FILE` prints them); default: every invariant family an "
                               "equal share of 100")
+    judging.add_argument("--probe-secret", metavar="TEXT",
+                         default=os.environ.get(PROBE_SECRET_VARIABLE) or None,
+                         help="the course's probe secret: the probe's sizes, ids and seeds are "
+                              "drawn from it (default: $" + PROBE_SECRET_VARIABLE + "; in batch "
+                              "grading the secret kept in --out, made on first use; otherwise "
+                              "the documented default probe)")
     parser.set_defaults(run=run_grade)
 
 
@@ -143,6 +154,8 @@ def run_grade(args: argparse.Namespace) -> int:
         return usage_error(f"--rubric: {exc}")
     except ValueError as exc:
         return usage_error(str(exc))
+    if args.probe_secret:
+        options = replace(options, probe_key=probe_key_of(args.probe_secret))
     unknown = unknown_selectors(options.checks)
     if unknown:
         return usage_error(f"--check {' '.join(unknown)} names no check id or family "
@@ -193,27 +206,35 @@ def run_grade(args: argparse.Namespace) -> int:
 def _write_feedback_pages(args: argparse.Namespace, reports, rubric, *, quiet: bool) -> None:
     """One page per submission: --feedback-out, else <stem>.feedback.<kind> here."""
     from moco_ref.report.feedback import feedback_name, write_feedback
+    from moco_ref.report.text import shown_name
 
     for report in reports:
         path = Path(args.feedback_out) if args.feedback_out else Path(
             feedback_name(report, args.feedback))
         write_feedback(report, path, args.feedback, rubric)
         if not quiet:
-            print(f"feedback for {Path(report.submission).name} written to {path}")
+            print(f"feedback for {shown_name(Path(report.submission).name)} written to "
+                  f"{shown_name(path, cap=4096)}")
 
 
 def _progress_printer(total: int):
+    from moco_ref.report.text import shown_name
+
     done = []
 
     def report_done(report) -> None:
         done.append(report)
-        print(f"[{len(done)}/{total}] graded {report.submission}", file=sys.stderr, flush=True)
+        print(f"[{len(done)}/{total}] graded {shown_name(report.submission, cap=4096)}",
+              file=sys.stderr, flush=True)
 
     return report_done
 
 
 def _print_summary(reports, passed: list[bool], minimum) -> None:
-    below = [r.submission for r, ok in zip(reports, passed, strict=True) if not ok]
+    from moco_ref.report.text import shown_name
+
+    below = [shown_name(r.submission, cap=4096)
+             for r, ok in zip(reports, passed, strict=True) if not ok]
     if not below:
         print(f"all {len(reports)} submission(s) reach {minimum.describe()}")
     else:

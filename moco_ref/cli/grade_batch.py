@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from moco_ref.cli.options import EXIT_BELOW, EXIT_OK, rubric_of, usage_error
 from moco_ref.cli.tables import print_table
-from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.options import GradeOptions, probe_key_of
+from moco_ref.run.cache import course_probe_secret
 
 
 def is_batch(args: argparse.Namespace) -> bool:
@@ -19,6 +21,7 @@ def is_batch(args: argparse.Namespace) -> bool:
 
 
 def run_merge(args: argparse.Namespace) -> int:
+    from moco_ref.report.text import shown_name
     from moco_ref.run.batch import write_merged
     from moco_ref.run.gradebook import merge
     from moco_ref.run.output import DEFAULT_OUT
@@ -33,7 +36,7 @@ def run_merge(args: argparse.Namespace) -> int:
     out = Path(args.out or DEFAULT_OUT)
     write_merged(out, summary)
     for note in notes:
-        print(f"note: {note}")
+        print(f"note: {shown_name(note, cap=4096)}")
     rows = summary["submissions"]
     print(f"merged {len(rows)} submission(s) from {len(args.merge)} output(s) into "
           f"{out}/summary.json, summary.csv and grades.csv")
@@ -43,7 +46,7 @@ def run_merge(args: argparse.Namespace) -> int:
 def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
     from moco_ref.report.formats import write_junit
     from moco_ref.report.scoring import meets
-    from moco_ref.report.text import dumps_strict
+    from moco_ref.report.text import dumps_strict, shown_name
     from moco_ref.run.batch import grade_folder, summary_stem
     from moco_ref.run.output import DEFAULT_OUT
     from moco_ref.run.progress import Progress
@@ -62,6 +65,8 @@ def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
         return usage_error("in batch grading the --feedback pages go into --out beside the "
                             "reports: give no --feedback-out")
     out = Path(args.out or DEFAULT_OUT)
+    if not options.probe_key:  # the course's own probe, kept beside its cache
+        options = replace(options, probe_key=probe_key_of(course_probe_secret(out)))
     progress = Progress()
     try:
         result = grade_folder(
@@ -89,7 +94,7 @@ def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
               f"cache) in {result.wall_seconds:.1f} s; reports and {stem}.csv/{stem}.json in "
               f"{out}/" + (f"; shard {args.shard} left out {result.skipped_by_shard}"
                            if shard else ""))
-        names = [outcome.target.name for outcome in result.outcomes]
+        names = [shown_name(outcome.target.name) for outcome in result.outcomes]
         below = [name for name, ok in zip(names, passed, strict=True) if not ok]
         if not below:
             print(f"all {len(reports)} submission(s) reach {minimum.describe()}")
@@ -103,10 +108,11 @@ def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
 
 def _print_batch_table(result) -> None:
     from moco_ref.report.scoring import points_str
+    from moco_ref.report.text import shown_name
     from moco_ref.run.batch import summary_rows
 
     rows = summary_rows(result.outcomes)
-    cells = [(row["submission"],
+    cells = [(shown_name(row["submission"]),
               f"{points_str(row['score'])}/{points_str(row['max_score'])}" if row["gradable"]
               else "not gradable",
               ", ".join(row["failed_checks"]) or "–",

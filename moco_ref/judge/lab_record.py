@@ -64,7 +64,7 @@ def validate_lab_part(name: str, data, meta: dict, options: GradeOptions) -> Non
         raise Invalid(f"a lab record has no part {name!r}")
 
 def _expected_lab_probe(options: GradeOptions):
-    return default_lab_probe(options.seed)
+    return default_lab_probe(options.seed, options.probe_key)
 
 def _lab_meta(meta: dict, options: GradeOptions) -> None:
     entries(meta, schema.LabRecord, "the record's shared entries")

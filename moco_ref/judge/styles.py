@@ -35,7 +35,7 @@ class JudgedStyle:
 
 
 def _complete_lab(record: dict, defined: dict, options: GradeOptions) -> None:
-    record.setdefault("probe", default_lab_probe(options.seed).to_dict())
+    record.setdefault("probe", default_lab_probe(options.seed, options.probe_key).to_dict())
 
 
 def _complete_components(record: dict, defined: dict, options: GradeOptions) -> None:

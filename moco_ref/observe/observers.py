@@ -123,9 +123,9 @@ def _call_warmup(namespace: dict) -> WarmupRecord:
 def observe_lab(namespace: dict, options: GradeOptions,
                 probe: LabProbe | None = None) -> LabRecord:
     """Run ``moco_warmup()`` and ``train_moco(initial, x, train, epochs)`` under the probe
-    (``default_lab_probe(options.seed)`` unless another is given, e.g. one drawn from
-    ``strategies.lab_probes``); the record names the probe, so the judge needs no option."""
-    probe = probe or default_lab_probe(options.seed)
+    (``default_lab_probe(options.seed, options.probe_key)``, unless another is given, e.g.
+    one drawn from ``cases.lab_probes``); the record names the probe."""
+    probe = probe or default_lab_probe(options.seed, options.probe_key)
     with one_thread():
         record: LabRecord = {"probe": probe.to_dict(), "moco_warmup": _call_warmup(namespace)}
         record["train_moco"] = _observe_training(namespace, probe)

@@ -9,6 +9,8 @@ what was recorded.
 
 from __future__ import annotations
 
+import hashlib
+import random
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -21,6 +23,7 @@ WIDTH = 20  # channels of the probe encoder, the input width of its .fc (≠ dim
 # sized from the wrong axis of fc.weight shows)
 FC_GAIN = 4.0  # raw outputs of norm ≫ 1, so a missing L2 normalization is visible
 QUERY_VIEW, KEY_VIEW = 0, 1  # the views a traced row comes from: im_q, im_k
+VIEW_NAMES = ("im_q", "im_k")
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,8 @@ class BuilderProbe:
     ragged_K: int = 20
     ragged_steps: int = 5
     # a two-process run: each rank trains on its own ranks_batch images of one world batch;
-    # ranks_K is a multiple of the world batch and ranks_steps · world batch > ranks_K
+    # ranks_K is a multiple of the world batch and ranks_steps · world batch > ranks_K (a
+    # symmetric module's K is the next multiple of twice the world batch: see ranks_probe)
     ranks: int = 2
     ranks_batch: int = 4
     ranks_K: int = 24
@@ -68,9 +72,22 @@ def ragged_probe(probe: BuilderProbe) -> BuilderProbe:
 
 
 def default_builder_probe(options: GradeOptions) -> BuilderProbe:
-    """The probe for ``options``: T is ``--temperature``, m is ``--expect-m`` when pinned."""
+    """The probe for ``options``: T is ``--temperature``, m is ``--expect-m`` when pinned.
+    With a course's probe key its sizes and seed are drawn from the key (as the ``lab``
+    probe's are): ``dim`` never the encoder's width, K a multiple of the batch, the queue
+    wrapping within the run, the ragged K never a multiple of the batch."""
     probe = BuilderProbe(T=float(options.temperature), seed=int(options.seed),
                          symmetric=options.variant == "symmetric")
+    if options.probe_key:
+        draw = random.Random(hashlib.sha256(
+            f"moco-ref builder probe|{options.probe_key}|{int(options.seed)}".encode()).digest())
+        batch = draw.choice((6, 8))
+        K = batch * draw.randint(5, 7)
+        ragged_K = draw.choice([k for k in range(K // 2, K) if k % batch])
+        probe = replace(probe, dim=draw.choice((12, 16, 24)), batch=batch, K=K,
+                        steps=K // batch + draw.randint(3, 5), ragged_K=ragged_K,
+                        ragged_steps=ragged_K // batch + 2,
+                        seed=draw.randint(0, 2**31 - 1))
     return probe if options.expect_m is None else replace(probe, m=float(options.expect_m))
 
 
@@ -120,9 +137,27 @@ def probe_images(probe: BuilderProbe, step: int) -> tuple[torch.Tensor, torch.Te
 NO_MLP_OPTION = "no mlp option"  # the stage of an mlp=True run of a module without `mlp`
 
 
-def ranks_probe(probe: BuilderProbe) -> BuilderProbe:
-    """The probe of one rank in the two-process run (``batch`` is the per-rank batch)."""
-    return replace(probe, K=probe.ranks_K, batch=probe.ranks_batch, steps=probe.ranks_steps)
+def ranks_probe(probe: BuilderProbe, *, symmetric: bool = False) -> BuilderProbe:
+    """The probe of one rank in the two-process run (``batch`` is the per-rank batch). A
+    symmetric module enqueues both views' keys, twice the world batch per step, so its K is the
+    smallest multiple of that not below ``ranks_K`` (the queue still wraps within the run)."""
+    K = probe.ranks_K
+    if symmetric:
+        block = 2 * probe.ranks * probe.ranks_batch
+        K = -(-K // block) * block
+    return replace(probe, K=K, batch=probe.ranks_batch, steps=probe.ranks_steps)
+
+
+def is_symmetric_run(run) -> bool:
+    """Whether a recorded run's forward gave two (logits, labels) pairs at its first step (a
+    symmetric module: returned, or the two cross-entropies of a returned loss). Both sides read
+    the variant from the main run this way: the observer sizes the two-process run for it and
+    the judge judges both runs as such."""
+    steps = run.get("steps") if isinstance(run, dict) else None
+    if not isinstance(steps, list) or not steps or not isinstance(steps[0], dict):
+        return False
+    pairs = steps[0].get("pairs")
+    return isinstance(pairs, list) and len(pairs) == 2
 
 
 def world_images(probe: BuilderProbe, step: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,6 +3,7 @@ which checks to run. Shared by the observing side, the judging side and the comm
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field, replace
 
 from moco_ref.probe.styles import STYLE_NAMES as STYLES  # noqa: F401 - what --style accepts
@@ -27,6 +28,9 @@ class GradeOptions:
     allow_reference_import: bool = False  # may the submission import moco_ref?
     # the course's rubric as sorted (key, value) pairs (moco_ref.judge.rubric); () = default
     rubric: tuple[tuple[str, float], ...] = ()
+    # the course's probe key (a digest of its secret, ``probe_key_of``): the probe's sizes,
+    # ids and seeds are drawn from it; "" = the documented default probe
+    probe_key: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -47,6 +51,12 @@ class GradeOptions:
         """A whole check id, or its family: ``I1`` selects ``I1-…`` and never ``I10-…``."""
         family = family_of(check_id)
         return not self.checks or any(chosen in (check_id, family) for chosen in self.checks)
+
+
+def probe_key_of(secret: str | bytes) -> str:
+    """The probe key a course's secret gives (the secret itself never leaves the grader)."""
+    material = secret.encode() if isinstance(secret, str) else bytes(secret)
+    return hashlib.sha256(b"moco-ref probe key|" + material).hexdigest()[:32]
 
 
 def family_of(check_id: str) -> str:

@@ -19,7 +19,7 @@ import re
 import threading
 from pathlib import Path
 
-from moco_ref.probe.styles import ENTRY_POINTS, style_of_names
+from moco_ref.probe.styles import ENTRY_POINTS, OBSERVED_STYLES, style_of_names
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 MAX_SOURCE_BYTES = 8 * 2**20  # a larger file is not read here (it is refused when graded)
@@ -127,3 +127,34 @@ def may_be_helper(path: Path) -> bool:
 def style_from_source(path: Path) -> str | None:
     """The style the entry points ``path`` binds point to (``style_of_names``), or None."""
     return style_of_names(bound_entry_points(path))
+
+
+def styles_bound(path: Path) -> list[str]:
+    """Every style whose own entry points ``path`` binds (more than one: an ambiguous file)."""
+    names = bound_entry_points(path)
+    return [style.name for style in OBSERVED_STYLES.values()
+            if names & set(style.entry_points)]
+
+
+def module_file(name: str) -> Path | None:
+    """The source file of the dotted module ``name``, found as Python would find it from the
+    current folder and ``sys.path`` — without importing anything (no package ``__init__``
+    runs)."""
+    import importlib.machinery
+    import os
+    import sys
+
+    head, *rest = name.split(".")
+    spec = importlib.machinery.PathFinder.find_spec(head, [os.getcwd(), *sys.path])
+    if spec is None:
+        return None
+    if not rest:
+        return Path(spec.origin) if spec.origin and spec.has_location else None
+    folders = [Path(p) for p in (spec.submodule_search_locations or [])]
+    for part in rest[:-1]:
+        folders = [folder / part for folder in folders if (folder / part).is_dir()]
+    for folder in folders:
+        for candidate in (folder / f"{rest[-1]}.py", folder / rest[-1] / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None

@@ -28,6 +28,7 @@ from moco_ref.run.output import write_atomic
 from moco_ref.run.targets import Target
 
 CACHE_FOLDER = ".cache"
+PROBE_SECRET_FILE = ".probe-secret"
 SECRET_FILE = ".secret"
 
 
@@ -67,7 +68,18 @@ def _secret(out: Path) -> bytes:
     """The cache's signing key, ``OUT/.cache/.secret`` (created on first use, owner-only): a
     cache entry is trusted only if it carries this key's MAC, so an entry written by anyone
     who cannot read the key (a submission) is never believed."""
-    path = out / CACHE_FOLDER / SECRET_FILE
+    return _kept_secret(out / CACHE_FOLDER / SECRET_FILE)
+
+
+def course_probe_secret(out: Path) -> bytes:
+    """The course's probe secret, kept beside the cache's (``OUT/.cache/.probe-secret``,
+    created on first use, owner-only): the probe's sizes, ids and seeds are drawn from it, so
+    every submission of the course meets the same probe and none can know it in advance.
+    ``--probe-secret`` (or ``MOCO_REF_PROBE_SECRET``) sets it instead, to reproduce a run."""
+    return _kept_secret(out / CACHE_FOLDER / PROBE_SECRET_FILE)
+
+
+def _kept_secret(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:

@@ -18,6 +18,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 
 # Everything validating and judging needs is imported here, before any submission runs:
 # nothing a submission does to files afterwards can change the grader's code.
@@ -31,6 +32,7 @@ from moco_ref.probe import lab as _lab_probe  # noqa: F401
 from moco_ref.probe import parts as parts_module
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.parts import Unobserved
+from moco_ref.probe.source import is_module_target, module_file, style_from_source, styles_bound
 from moco_ref.sandbox.observation import SandboxRun, observe_in_sandbox
 
 SUBMISSION_LABEL = "(reported by the submission's process)"  # its notes are its own words
@@ -49,9 +51,12 @@ def grade_submission(target: str, options: GradeOptions | None = None, *,
     students share)."""
     options = options or GradeOptions()
     started = time.monotonic()
+    options, style_note = style_decided(target, options)
     try:
         run = observe_in_sandbox(target, options, isolation, helpers=helpers)
         report = _report(target, options, run)
+        if style_note:
+            report.notes.insert(0, style_note)
     except Exception as exc:  # noqa: BLE001 - e.g. the zygote could not be started
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         report = SubmissionReport(
@@ -61,6 +66,26 @@ def grade_submission(target: str, options: GradeOptions | None = None, *,
         )
     report.wall_seconds = time.monotonic() - started
     return _cleaned(report)
+
+
+def style_decided(target: str, options: GradeOptions) -> tuple[GradeOptions, str]:
+    """The style is the grader's decision, never what the submission's process reports:
+    pinned (``--style``, the course's rubric) or read from the source — the entry points the
+    file binds at top level (``probe.source``). Returns the options to observe with and,
+    for a file that binds the entry points of more than one style, the note that says which
+    one it is graded as. A source that binds none (e.g. a star import) leaves detection to
+    the loaded namespace, under the same rule."""
+    path = module_file(target) if is_module_target(target) else Path(target)
+    present = styles_bound(path) if path is not None and path.is_file() else []
+    chosen = options.style or (style_from_source(path) if present else None)
+    if chosen is None:
+        return options, ""
+    note = ""
+    if len(present) > 1:
+        how = "the course's style" if options.style else "by the style rule (train_moco: lab)"
+        note = (f"it defines the entry points of {len(present)} styles "
+                f"({', '.join(present)}): graded as {chosen}, {how}")
+    return replace(options, style=chosen), note
 
 
 def _rewrite_texts(report: SubmissionReport, rewrite, note_rewrite=None) -> SubmissionReport:

@@ -210,3 +210,23 @@ def test_ctrl_c_stops_cleanly_and_writes_the_partial_summary(tmp_path, monkeypat
     assert err[-1].startswith("moco-ref: interrupted") and not any("Traceback" in e for e in err)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] is True and len(summary["submissions"]) == 1
+
+
+@pytest.mark.usefixtures("stubbed")
+def test_a_class_is_graded_with_its_own_probe_kept_beside_its_cache(folder, tmp_path, capsys):
+    """Batch grading draws the probe from the course's secret, made on first use beside the
+    cache secret (owner-only) and kept: a rerun meets the same probe (so the cache holds),
+    another --probe-secret is another probe (so nothing comes from the cache)."""
+    import stat
+
+    out = tmp_path / "reports"
+    main(["grade", str(folder), "--out", str(out)])
+    secret = out / ".cache" / ".probe-secret"
+    assert secret.is_file() and stat.S_IMODE(secret.stat().st_mode) == 0o600
+    kept = secret.read_bytes()
+    capsys.readouterr()
+    main(["grade", str(folder), "--out", str(out)])
+    assert "(0 graded, 3 from the cache)" in capsys.readouterr().out
+    assert secret.read_bytes() == kept
+    main(["grade", str(folder), "--out", str(out), "--probe-secret", "another course"])
+    assert "(3 graded, 0 from the cache)" in capsys.readouterr().out

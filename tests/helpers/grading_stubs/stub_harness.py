@@ -53,7 +53,7 @@ def detect_style(namespace: dict) -> str:
 def observe(namespace: dict, style: str, options) -> dict:
     """A record in the real ``lab`` shape: the probe, ``moco_warmup``'s result, and a
     ``train_moco`` entry that says it was not run (the stand-in judges the warm-up only)."""
-    record = {"probe": default_lab_probe(options.seed).to_dict(),
+    record = {"probe": default_lab_probe(options.seed, options.probe_key).to_dict(),
               "train_moco": {"defined": False, "error": "not observed by the stand-in"}}
     function = namespace.get("moco_warmup")
     if function is None:

@@ -1,0 +1,1 @@
+"""Tests of the contract both sides share (moco_ref.probe)."""
