@@ -9,6 +9,7 @@ import torch
 from moco_ref.judge.record import (
     boolean,
     entries,
+    in_time,
     need,
     tensor_of,
     text_or_none,
@@ -43,6 +44,7 @@ def _builder(data, options: GradeOptions) -> None:
         steps = run.get("steps", [])
         need(isinstance(steps, list), f"the {name} run's steps are not a list")
         for t, step in enumerate(steps):
+            in_time()
             where = f"the {name} run's step {t}"
             entries(step, schema.BuilderStep, where)
             for state, record_type in (("before", schema.BuilderState),
@@ -115,6 +117,7 @@ def _builder_forwards(name: str, run: dict, probe) -> None:
     net = ProbeEncoder(probe.dim).train()
     target = torch.nn.utils.parameters_to_vector(net.parameters())
     for t, step in enumerate(run.get("steps") or []):
+        in_time()
         _builder_loss(name, t, step)
         images = world_images(probe, t) if name.startswith("rank") else probe_images(probe, t)
         for e, event in enumerate(step.get("events") or []):

@@ -28,8 +28,8 @@ from moco_ref.judge.styles import JUDGED_STYLES
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.threads import one_thread
 
-OUT_OF_TIME = ("not judged: the grader's time for this submission (--timeout, which counts "
-               "the judging too) ran out before this check")
+OUT_OF_TIME = ("not judged: the grader's own time for judging this submission ran out before "
+               "this check (the grader's trouble, not the submission's: it is graded again)")
 
 
 def judge(

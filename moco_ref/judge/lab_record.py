@@ -17,6 +17,7 @@ from moco_ref.judge.record import (
     Invalid,
     boolean,
     entries,
+    in_time,
     integer,
     need,
     tensor_of,
@@ -95,10 +96,17 @@ def _training(data, options: GradeOptions) -> None:
         need(key in data, f"train_moco's record lacks {key!r}")
     n_images = probe.n_images
     view_calls = data["view_calls"]
-    need(isinstance(view_calls, list) and len(view_calls) <= MAX_VIEW_CALLS,
-          "view_calls is not a list of bounded length")
+    need(isinstance(view_calls, list) and len(view_calls) <= min(MAX_VIEW_CALLS,
+                                                                  probe.max_view_calls),
+         f"view_calls is not a list of at most {probe.max_view_calls} calls (the most a run "
+         "of the probe makes)")
+    rows = 0
     for c, ids in enumerate(view_calls):
+        in_time()
         tensor_of(ids, f"view call {c}", dtype=torch.int64, ndim=1)
+        rows += int(ids.numel())
+        need(rows <= probe.max_view_rows, f"the view calls hold more than "
+             f"{probe.max_view_rows} images together (the most a run of the probe gives)")
         need(bool(((ids >= -1) & (ids < n_images)).all()), f"view call {c} has ids out of range")
     instances = integer(data["instances"], "instances", 1)
     integer(data["dropped_events"], "dropped_events", 0)
@@ -107,6 +115,7 @@ def _training(data, options: GradeOptions) -> None:
           "events is not a list of bounded length")
     clock, calls = 0, 0
     for index, event in enumerate(events):
+        in_time()
         where = f"event {index}"
         entries(event, schema.ForwardEvent, where)
         tag = integer(event.get("instance"), f"{where}.instance", 0)
@@ -194,6 +203,7 @@ def _forwards(events: list, view_calls: list, world) -> None:
     vector = torch.nn.utils.parameters_to_vector
     target = vector(net.parameters())
     for index, event in enumerate(events):
+        in_time()
         tag = event["instance"]
         if tag not in event["snapshot_tags"]:
             continue  # more copies than the probe snapshots: nothing to recompute with
@@ -237,6 +247,7 @@ def view_inputs(view_calls: list, world) -> dict[tuple[int, int], torch.Tensor]:
     id appears twice in a call its noise differs: such rows are left out."""
     out: dict[tuple[int, int], torch.Tensor] = {}
     for call, ids in enumerate(view_calls):
+        in_time()
         id_list = ids.tolist()
         safe = torch.tensor([max(i, 0) for i in id_list], dtype=torch.int64)
         views = world.view(call, world.images[safe].clone())

@@ -20,11 +20,41 @@ own probe produces before any of them is believed:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import time
+
 import torch
 
 from moco_ref.probe import schema
 
 MAX_PART_TENSOR_BYTES = 512 * 2**20  # far above what any probe records
+
+
+class GraderOutOfTime(RuntimeError):
+    """The grader's own time for checking a record ran out (its trouble, not the
+    submission's: such a report is never the student's grade)."""
+
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline",
+                                                                        default=None)
+
+
+@contextlib.contextmanager
+def checking_until(deadline: float | None):
+    """Within the block, ``in_time()`` raises ``GraderOutOfTime`` past ``deadline``."""
+    token = _DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def in_time() -> None:
+    """Called inside every validation loop: the grader checks its own deadline as it goes."""
+    deadline = _DEADLINE.get()
+    if deadline is not None and time.monotonic() > deadline:
+        raise GraderOutOfTime("the grader's time for checking the observations ran out")
 
 
 class Invalid(ValueError):

@@ -16,7 +16,14 @@ from moco_ref.judge.components_evidence import ComponentsEvidence
 from moco_ref.judge.components_record import validate_components_part
 from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.lab_record import validate_lab_part
-from moco_ref.judge.record import Invalid, check_plain, need, plain
+from moco_ref.judge.record import (
+    GraderOutOfTime,
+    Invalid,
+    check_plain,
+    checking_until,
+    need,
+    plain,
+)
 from moco_ref.probe.cases import cases_fingerprint, component_cases, default_lab_probe
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.styles import COMPONENTS, OBSERVED_STYLES, ObservedStyle
@@ -69,12 +76,14 @@ JUDGED_STYLES: dict[str, JudgedStyle] = {
 }
 
 
-def validate_part(style: str, name: str, data, meta, options: GradeOptions) -> str:
+def validate_part(style: str, name: str, data, meta, options: GradeOptions, *,
+                  deadline: float | None = None) -> str:
     """"" if the part's observations are well-formed and consistent with the probe the grader
     ran; otherwise what is wrong with them (the part is then discarded, and every check that
-    needs it reports an error — never a pass)."""
+    needs it reports an error — never a pass). Past ``deadline`` it raises
+    ``GraderOutOfTime``: the grader's trouble, never the submission's verdict."""
     try:
-        with torch.random.fork_rng(devices=[]):  # the grader's own random state is untouched
+        with torch.random.fork_rng(devices=[]), checking_until(deadline):
             known = JUDGED_STYLES.get(style)
             need(known is not None, f"no style {style!r} is judged")
             check_plain(data, meta)
@@ -82,6 +91,8 @@ def validate_part(style: str, name: str, data, meta, options: GradeOptions) -> s
             plain(data, "the part")
     except Invalid as problem:
         return str(problem)
+    except GraderOutOfTime:
+        raise
     except Exception as exc:  # noqa: BLE001 - malformed beyond what the checks foresee
         return f"the record could not be read ({type(exc).__name__}: {exc})"
     return ""

@@ -105,6 +105,18 @@ class LabProbe:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def max_view_calls(self) -> int:
+        """The most ``views`` calls a run of this probe can make: two per batch of at least
+        one image, every epoch, plus a few calls on the whole image set."""
+        return 2 * self.epochs * self.n_train + 2 * self.epochs + 8
+
+    @property
+    def max_view_rows(self) -> int:
+        """The most images all ``views`` calls of a run can hold together: every training
+        image twice an epoch, and the whole set twice an epoch (views applied to ``x``)."""
+        return 2 * self.epochs * (self.n_train + self.n_images) + self.n_images
+
     @classmethod
     def from_dict(cls, data: dict) -> LabProbe:
         return cls(**{name: int(data[name]) for name in ("n_images", "n_train", "epochs", "seed")})

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moco_ref.judge.results import Status, SubmissionReport
+from moco_ref.judge.untrusted import clean_text
 from moco_ref.probe.options import GradeOptions
 from moco_ref.report.gradebook_csv import gradebook_csv, summary_csv
 from moco_ref.report.scoring import NOT_PASSED, failed_families
@@ -70,8 +71,10 @@ def comparable(report: SubmissionReport) -> dict:
 
 
 def _with_target_note(report: SubmissionReport, target: Target) -> SubmissionReport:
-    if target.note and target.note not in report.notes:
-        report.notes.insert(0, target.note)
+    """The target's note (it names the student's files) first, cleaned like every note."""
+    note = clean_text(target.note, cap=2_000)
+    if note and note not in report.notes:
+        report.notes.insert(0, note)
     return report
 
 
@@ -125,7 +128,10 @@ def summary_rows(outcomes: list[Outcome]) -> list[dict]:
 
 
 def grade_status(report: SubmissionReport) -> str:
-    """``graded``, ``not gradable`` or ``timeout`` (ran out of time, whole or in part)."""
+    """``grader error`` (the grader's own trouble, twice: for staff, not a grade), ``graded``,
+    ``not gradable`` or ``timeout`` (ran out of time, whole or in part)."""
+    if report.grader_trouble:
+        return "grader error"
     if any(result.status is Status.TIMEOUT for result in report.results) or (
             not report.gradable and "timed out" in report.traceback.lower()):
         return "timeout"

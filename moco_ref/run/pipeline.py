@@ -12,6 +12,7 @@ judging (for ``moco-ref record``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -23,7 +24,8 @@ from pathlib import Path
 # Everything validating and judging needs is imported here, before any submission runs:
 # nothing a submission does to files afterwards can change the grader's code.
 from moco_ref.judge import checks as _checks  # noqa: F401
-from moco_ref.judge.judge import judge
+from moco_ref.judge.judge import OUT_OF_TIME, judge
+from moco_ref.judge.record import GraderOutOfTime
 from moco_ref.judge.results import SubmissionReport
 from moco_ref.judge.styles import JUDGED_STYLES, validate_part
 from moco_ref.judge.untrusted import clean_text
@@ -38,9 +40,27 @@ from moco_ref.sandbox.observation import SandboxRun, observe_in_sandbox
 SUBMISSION_LABEL = "(reported by the submission's process)"  # its notes are its own words
 # Validating and judging are quick; one at a time keeps hypothesis and torch's global RNG calm.
 _JUDGE_LOCK = threading.Lock()
-# Validating and judging count toward --timeout; a submission that used all of its time
-# still has what was observed judged within this much more.
-JUDGE_MIN_SECONDS = 10.0
+# The grader's own time to check and judge one submission. It runs only while the grader
+# works on that submission (holding the judge lock): time spent waiting for a neighbour's
+# judging is never charged, and running out is the grader's trouble, never a verdict.
+GRADER_SECONDS = 60.0
+
+
+class GraderClock:
+    """The grader's own time for one submission, counted only while it works on it."""
+
+    def __init__(self, seconds: float = GRADER_SECONDS) -> None:
+        self.left = seconds
+
+    @contextlib.contextmanager
+    def working(self):
+        """Hold the judge lock; yields the deadline of this stretch of work."""
+        with _JUDGE_LOCK:
+            started = time.monotonic()
+            try:
+                yield started + self.left
+            finally:
+                self.left -= time.monotonic() - started
 
 
 def grade_submission(target: str, options: GradeOptions | None = None, *,
@@ -132,33 +152,52 @@ def grade_tasks(
     tasks: list[tuple], *, jobs: int = 1, on_report=None, isolation: str | None = None,
 ) -> list[SubmissionReport]:
     """Like ``grade_many`` with options of its own for each submission: each task is
-    ``(target, options)`` or ``(target, options, helpers)``."""
+    ``(target, options)`` or ``(target, options, helpers)``.
+
+    A report made under the grader's own trouble (``grader_trouble``: an internal error, the
+    grader's time ran out) never stands: once every other submission is done, that one is
+    graded again alone; if the trouble persists, its report says so (for staff), and it is
+    never cached. ``on_report`` sees each submission's final report only."""
 
     def grade(task: tuple) -> SubmissionReport:
         target, options, *rest = task
-        report = grade_submission(target, options, isolation=isolation,
-                                  helpers=bool(rest[0]) if rest else True)
-        if on_report is not None:
+        return grade_submission(target, options, isolation=isolation,
+                                helpers=bool(rest[0]) if rest else True)
+
+    def graded(task: tuple) -> SubmissionReport:
+        report = grade(task)
+        if on_report is not None and not report.grader_trouble:
             on_report(report)
         return report
 
     if jobs <= 1 or len(tasks) <= 1:
-        return [grade(task) for task in tasks]
-    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="moco-ref-grade")
-    try:
-        return list(pool.map(grade, tasks))
-    except KeyboardInterrupt:  # Ctrl-C: nothing new starts; the jobs running finish
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    finally:
-        pool.shutdown(wait=True)
+        reports = [graded(task) for task in tasks]
+    else:
+        pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="moco-ref-grade")
+        try:
+            reports = list(pool.map(graded, tasks))
+        except KeyboardInterrupt:  # Ctrl-C: nothing new starts; the jobs running finish
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        finally:
+            pool.shutdown(wait=True)
+    for index, (task, report) in enumerate(zip(tasks, reports)):
+        if report.grader_trouble:
+            again = grade(task)  # alone: nothing else runs beside it now
+            if again.grader_trouble:
+                again.notes.append(f"graded twice, the second time alone; both times the "
+                                   f"grader had trouble ({again.grader_trouble}): this is "
+                                   "not the submission's grade, report it to the course staff")
+            reports[index] = again
+            if on_report is not None:
+                on_report(again)
+    return reports
 
 
 def _report(target: str, options: GradeOptions, run: SandboxRun) -> SubmissionReport:
     report = _report_shell(target, options, run)
     if not report.traceback:
-        deadline = max(run.deadline, time.monotonic() + JUDGE_MIN_SECONDS)
-        report = _judged(report, options, run, deadline)
+        report = _judged(report, options, run, GraderClock())
     return _shown_as_original(report, run)
 
 
@@ -199,7 +238,7 @@ def _report_shell(target: str, options: GradeOptions, run: SandboxRun) -> Submis
 
 
 def _assembled(report: SubmissionReport, options: GradeOptions, run: SandboxRun,
-               deadline: float | None = None) -> tuple[dict, dict[str, Unobserved]]:
+               clock: GraderClock | None = None) -> tuple[dict, dict[str, Unobserved]]:
     """The observation record to judge: the validated parts, and an ``Unobserved`` entry for
     each part that is missing, failed or invalid. Returns ``(observations, missing)``."""
     style = report.style
@@ -210,12 +249,16 @@ def _assembled(report: SubmissionReport, options: GradeOptions, run: SandboxRun,
         if part.failed is not None:
             missing[name] = Unobserved(name, "observing it raised:\n" + part.failed, False)
             continue
-        if deadline is not None and time.monotonic() > deadline:
-            missing[name] = Unobserved(name, "its observations could not be checked before "
-                                       "the submission's time (--timeout) ran out", True)
+        try:
+            with (clock or GraderClock()).working() as deadline:  # one at a time: the probe
+                problem = validate_part(style, name, part.data, part.meta, options,  # uses
+                                        deadline=deadline)  # torch's global RNG
+        except GraderOutOfTime:
+            missing[name] = Unobserved(name, "the grader's own time ran out while it checked "
+                                       "these observations (the grader's trouble: it is "
+                                       "graded again)", True)
+            report.grader_trouble = "the grader's time for checking the observations ran out"
             continue
-        with _JUDGE_LOCK:  # the probe is rebuilt with torch's global RNG: one at a time
-            problem = validate_part(style, name, part.data, part.meta, options)
         if problem:
             missing[name] = Unobserved(
                 name, "its observations are inconsistent with the probe the grader ran, so "
@@ -237,10 +280,10 @@ def _assembled(report: SubmissionReport, options: GradeOptions, run: SandboxRun,
 
 
 def _judged(report: SubmissionReport, options: GradeOptions, run: SandboxRun,
-            deadline: float | None = None) -> SubmissionReport:
-    observations, _ = _assembled(report, options, run, deadline)
+            clock: GraderClock) -> SubmissionReport:
+    observations, _ = _assembled(report, options, run, clock)
     try:
-        with _JUDGE_LOCK:
+        with clock.working() as deadline:
             results, inferred = judge(observations, report.style, options, deadline=deadline)
     except Exception as exc:  # noqa: BLE001 - a grader bug must not end the whole run
         report.traceback = "moco-ref internal error while judging (please report it):\n" + (
@@ -249,6 +292,8 @@ def _judged(report: SubmissionReport, options: GradeOptions, run: SandboxRun,
         report.grader_trouble = f"internal error while judging: {type(exc).__name__}"
         return report
     report.gradable = True
+    if any(result.message == OUT_OF_TIME for result in results):
+        report.grader_trouble = "the grader's time for judging ran out"
     skipped = run.stage.skipped if run.stage else {}
     report.results = [_with_skipped_line(result, skipped) for result in results]
     report.inferred = dict(inferred)

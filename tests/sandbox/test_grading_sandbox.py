@@ -358,3 +358,44 @@ def test_other_styles_refuse_entries_the_observer_never_writes(style, example, p
 
 def test_a_record_for_another_seed_is_refused(lab_parts):
     assert "the record names probe" in _check(lab_parts, options=GradeOptions(seed=4))
+
+
+# --------------------------------------------------------------------------- fair to neighbours
+
+
+def test_extra_view_calls_beyond_what_the_probe_makes_are_refused_cheaply(lab_parts):
+    """Hundreds of extra ``views`` calls all naming one stored tensor are tiny on the wire
+    and costly to check: a record with more calls, or more viewed images, than a run of the
+    probe can make is refused at once, by bounds derived from the probe's own sizes."""
+    import time
+
+    from moco_ref.probe.cases import default_lab_probe
+
+    probe = default_lab_probe(0)
+    many = torch.arange(probe.n_images)
+
+    def flood(data, meta):
+        data["view_calls"] = data["view_calls"] + [many] * 40
+
+    started = time.monotonic()
+    problem = _check(lab_parts, flood)
+    assert "images together" in problem and str(probe.max_view_rows) in problem
+    assert time.monotonic() - started < 5
+
+    def calls(data, meta):
+        data["view_calls"] = data["view_calls"] + [many[:1]] * probe.max_view_calls
+
+    assert f"at most {probe.max_view_calls} calls" in _check(lab_parts, calls)
+
+
+def test_checking_a_record_stops_at_the_grader_s_own_deadline(lab_parts):
+    """Validation checks its deadline inside its loops: past it, the grader's trouble is
+    raised (never a verdict on the submission)."""
+    import time
+
+    from moco_ref.judge.record import GraderOutOfTime
+
+    payload = lab_parts["train_moco"]
+    with pytest.raises(GraderOutOfTime):
+        validate_part("lab", "train_moco", payload["data"], payload["meta"],
+                      GradeOptions(style="lab"), deadline=time.monotonic() - 1)
