@@ -32,12 +32,12 @@ def add_parser(subparsers) -> None:
 def run_class_report(args: argparse.Namespace) -> int:
     from moco_ref.report.class_report import ClassReportError, class_report, class_report_html
     from moco_ref.report.scoring import points_str
-    from moco_ref.report.text import dumps_strict
+    from moco_ref.report.text import dumps_strict, shown_name
 
     try:
         data = class_report(args.out)
-    except ClassReportError as exc:
-        print(f"moco-ref: error: {exc}", file=sys.stderr)
+    except ClassReportError as exc:  # it may name a student's report file
+        print(f"moco-ref: error: {shown_name(exc, cap=4096)}", file=sys.stderr)
         return 2
     scores = data["scores"]
     print(f"{data['submissions']} submission(s), {data['gradable']} gradable, "
@@ -48,15 +48,16 @@ def run_class_report(args: argparse.Namespace) -> int:
         f"{b['from_percent']:g}–{b['to_percent']:g}: {b['count']}"
         for b in scores["histogram"] if b["count"]))
     for family in data["families"]:
-        print(f"  {family['family']:<9} broken by {family['broken']}, not passed by "
+        print(f"  {shown_name(family['family']):<9} broken by {family['broken']}, not passed by "
               f"{family['not_passed']}")
     if data["misconceptions"]:
         print("most common misconceptions:")
         for entry in data["misconceptions"][:10]:
-            print(f"  {entry['count']:>3} × {entry['misconception']} (e.g. {entry['example']})")
+            print(f"  {entry['count']:>3} × {shown_name(entry['misconception'], 2_000)} "
+                  f"(e.g. {shown_name(entry['example'])})")
     for title, key in (("not gradable", "not_gradable"), ("timed out", "timeouts")):
         if data[key]:
-            print(f"{title}: {', '.join(data[key])}")
+            print(f"{title}: {', '.join(shown_name(name) for name in data[key])}")
     if args.json:
         Path(args.json).write_text(dumps_strict(data) + "\n", encoding="utf-8")
         print(f"JSON written to {args.json}")

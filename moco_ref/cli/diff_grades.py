@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from moco_ref.cli.options import EXIT_BELOW as EXIT_CHANGED
-from moco_ref.cli.options import EXIT_OK, EXIT_USAGE
+from moco_ref.cli.options import EXIT_OK, usage_error
 
 
 def add_parser(subparsers) -> None:
@@ -28,8 +27,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         changes = diff_grades(Path(args.old), Path(args.new))
     except TargetError as exc:
-        print(f"moco-ref: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(str(exc))
     for change in changes:
         print(change.line())
     print(f"{len(changes)} grade(s) changed" if changes else "no grade changed")

@@ -14,8 +14,11 @@ PLUGIN_PREFIX = "moco_"  # pytest's option namespace is shared: its dests are pr
 
 
 def usage_error(message: str) -> int:
-    """One clear line on stderr, and the usage exit code."""
-    print(f"moco-ref: error: {message}", file=sys.stderr)
+    """One clear line on stderr, and the usage exit code (the message may name a student's
+    file: it is shown as ``text.shown_name`` shows names)."""
+    from moco_ref.report.text import shown_name
+
+    print(f"moco-ref: error: {shown_name(message, cap=4096)}", file=sys.stderr)
     return EXIT_USAGE
 
 

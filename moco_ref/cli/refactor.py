@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+_SHOWN_CHARS = 4096  # a verdict line of compare at most
+
 
 def add_parsers(subparsers) -> None:
     record = subparsers.add_parser(
@@ -33,6 +35,7 @@ def add_parsers(subparsers) -> None:
 
 
 def run_record(args: argparse.Namespace) -> int:
+    from moco_ref.judge.untrusted import clean_text
     from moco_ref.probe.options import GradeOptions
     from moco_ref.run.pipeline import observe_sandboxed
     from moco_ref.run.targets import TargetError, expand_targets
@@ -51,7 +54,8 @@ def run_record(args: argparse.Namespace) -> int:
     if not record.get("gradable") or record.get("missing"):
         why = record.get("traceback") or "; ".join(
             f"{part}: {reason}" for part, reason in record.get("missing", {}).items())
-        print(f"moco-ref record: {args.target} could not be observed:\n{why}", file=sys.stderr)
+        print(f"moco-ref record: {args.target} could not be observed:\n{clean_text(why)}",
+              file=sys.stderr)
         return 1
     trajectory = refactor_guard.trajectory_from_observations(
         record["observations"], record["style"], args.target)
@@ -63,6 +67,10 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    """What it prints of the two files (styles, laws, rules, values) is shown as
+    ``text.shown_name`` shows names: the files may come from anyone."""
+    from moco_ref.cli.options import usage_error
+    from moco_ref.report.text import shown_name
     from moco_ref.tools import refactor_guard
 
     try:
@@ -71,19 +79,19 @@ def run_compare(args: argparse.Namespace) -> int:
         if args.plot is not None and verdict is not None:
             from moco_ref.tools.divergence_figure import save_divergence_figure
 
-            print(f"figure written to {save_divergence_figure(a, b, verdict, args.plot)}")
+            figure = save_divergence_figure(a, b, verdict, args.plot)
+            print(f"figure written to {shown_name(figure, cap=4096)}")
         if args.rtol is None and args.atol is None and not args.bitwise:
             verdict = verdict or refactor_guard.classify(a, b)
-            print(verdict)
+            print(shown_name(verdict, cap=_SHOWN_CHARS))
             return 1 if verdict.kind == "behaviour" else 0
         rtol, atol = args.rtol or 0.0, args.atol or 0.0
         divergence = refactor_guard.compare(a, b, rtol=rtol, atol=atol)
-    except (ValueError, KeyError) as error:
-        print(f"moco-ref compare: {error}", file=sys.stderr)
-        return 2
+    except (ValueError, KeyError) as error:  # one line, the usage exit code
+        return usage_error(f"compare: {error}")
     tolerance = "bitwise" if rtol == atol == 0 else f"rtol {rtol:g}, atol {atol:g}"
     if divergence is None:
         print(f"identical within tolerance ({tolerance})")
         return 0
-    print(f"{divergence} ({tolerance})")
+    print(shown_name(f"{divergence} ({tolerance})", cap=_SHOWN_CHARS))
     return 1

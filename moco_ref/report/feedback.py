@@ -28,10 +28,12 @@ from moco_ref.probe.source import SUBMISSION_SUFFIXES
 from moco_ref.report import figures
 from moco_ref.report.scoring import points_str, told_elsewhere
 from moco_ref.report.text import (
+    code_span,
     fence,
     inferred_text,
     md_escape,
     one_line_reason,
+    shown_name,
     student_text,
     submission_folder,
     submission_name,
@@ -76,7 +78,7 @@ class _Page:
         self.report = report
         self.rubric = rubric
         self.root = submission_folder(report)
-        self.name = submission_name(report, self.root)
+        self.name = shown_name(submission_name(report, self.root))
         self.draw = draw and figures.available()
         self.hidden = [r for r in report.results if r.status is not Status.NOT_APPLICABLE
                        and rubric.visibility_of(r.check_id) == "hidden"]
@@ -260,7 +262,7 @@ def feedback_markdown(report: SubmissionReport, rubric: Rubric | None = None, *,
                       draw: bool = True) -> str:
     """The feedback as Markdown (figures as inline ``data:`` images)."""
     page = _Page(report, rubric or DEFAULT_RUBRIC, draw=draw)
-    out = [f"# Feedback on `{page.name}`", ""]
+    out = [f"# Feedback on {code_span(page.name)}", ""]
     if report.gradable:
         out += [f"**Score: {page.score} / {page.max_score}** (graded as a "
                 f"{md_escape(report.style)} submission by moco-ref {__version__})", ""]

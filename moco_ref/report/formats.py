@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.probe.options import GradeOptions
 from moco_ref.report.scoring import NOT_PASSED, points_str, rerun_command, told_elsewhere
-from moco_ref.report.text import dumps_strict, inferred_text
+from moco_ref.report.text import dumps_strict, inferred_text, shown_name
 
 JSON_FORMAT = "moco-ref-grade/1"
 _STATUS_STYLES = {
@@ -45,10 +45,11 @@ def points_text(result: CheckResult) -> str:
 def header_lines(report: SubmissionReport) -> list[str]:
     verdict = f"score {score_text(report)}" if report.gradable else "NOT GRADABLE"
     seconds = f"{report.wall_seconds:.1f} s"
-    lines = [f"{report.submission} — style {report.style} — {verdict} ({seconds})"]
+    name, style = shown_name(report.submission, cap=4096), shown_name(report.style)
+    lines = [f"{name} — style {style} — {verdict} ({seconds})"]
     if report.inferred:
-        lines.append(f"inferred: {inferred_text(report.inferred)}")
-    lines += [f"note: {note}" for note in report.notes]
+        lines.append(f"inferred: {shown_name(inferred_text(report.inferred), cap=2_000)}")
+    lines += [f"note: {shown_name(note, cap=2_000)}" for note in report.notes]
     return lines
 
 

@@ -36,6 +36,7 @@ from moco_ref.report.text import (
     inferred_text,
     md_escape,
     one_line_reason,
+    shown_name,
     student_text,
     submission_folder,
     submission_name,
@@ -91,7 +92,7 @@ def _gradescope_test_output(result: CheckResult, root: Path | None) -> str:
 
 
 def _summary_markdown(report: SubmissionReport, rubric: Rubric, root: Path | None) -> str:
-    name = code_span(submission_name(report, root))
+    name = code_span(shown_name(submission_name(report, root)))
     lines = []
     if report.gradable:
         lines.append(f"moco-ref {__version__} graded {name} (style {md_escape(report.style)}): "
@@ -233,7 +234,7 @@ def prairielearn_results(
     ``gradable: false`` (PrairieLearn then awards nothing) with the reason as the message."""
     rubric = rubric or DEFAULT_RUBRIC
     root = Path(submission_root) if submission_root is not None else submission_folder(report)
-    name = submission_name(report, root)
+    name = shown_name(submission_name(report, root))
     output = ""
     if rubric.show_submission_output:
         output = "\n".join(part for part in (student_text(report.stdout, root),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.probe.options import GradeOptions, command_line_of
+from moco_ref.report.text import shown_name
 
 NOT_PASSED = (Status.FAILED, Status.ERROR, Status.TIMEOUT, Status.NOT_JUDGED)
 _EPSILON = 1e-9
@@ -74,7 +75,8 @@ def has_full_marks(report: SubmissionReport) -> bool:
 
 
 def rerun_command(submission: str, check_id: str, options: GradeOptions | None = None) -> str:
-    """The command that grades just this check again, under the same options."""
-    parts = ["moco-ref", "grade", submission, "--check", check_id]
+    """The command that grades just this check again, under the same options (the
+    submission's path as ``text.shown_name`` shows it: printable on one line)."""
+    parts = ["moco-ref", "grade", shown_name(submission, cap=4096), "--check", check_id]
     parts += command_line_of(options or GradeOptions())
     return shlex.join(parts)

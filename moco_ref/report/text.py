@@ -3,8 +3,14 @@ words, a submission named without the grading machine's paths, text with no loca
 command, and Markdown that shows what a submission or a check wrote exactly as written
 (fenced code, inline code, escaped prose).
 
+And what makes a name a student chose inert wherever it is shown (the threat model's "outputs
+are inert"): ``shown_name`` for a terminal (the submission's own output's sanitiser,
+``untrusted.clean_text``, on one line), ``csv_cell`` for a spreadsheet (formula prefixes
+neutralised, OWASP's rule), ``code_span``/``fence`` for Markdown (no way out of the span).
+
 One definition of each, used by the terminal and JSON reports (``formats``), the platforms'
-results (``lms``) and the feedback pages (``feedback``).
+results (``lms``), the feedback pages (``feedback``), the CSVs (``gradebook_csv``) and the
+commands' own lines.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from enum import Enum
 from pathlib import Path
 
 from moco_ref.judge.results import SubmissionReport
+from moco_ref.judge.untrusted import clean_text
 from moco_ref.probe.source import SUBMISSION_SUFFIXES
 
 _INFERRED_ORDER = ("m", "capacity", "batch_size", "order", "temperature")
@@ -26,6 +33,16 @@ _ABSOLUTE_PATH = re.compile(r"(?<![\w.~/\\-])(?:/[\w.+@%~=-]+){2,}/?")
 _LOCAL_COMMAND = re.compile(r"[^.\n]*`moco-ref [^`\n]*`[^.\n]*\.?")
 _RERUN_LINE = re.compile(r"^\s*\(?rerun:.*$\n?", re.MULTILINE | re.IGNORECASE)
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~&!])")
+MAX_NAME_CHARS = 512  # a name on a terminal line; longer keeps its head and tail
+CSV_CELL_CHARS = 32_000  # a spreadsheet cell holds at most 32 767 characters
+_NOT_A_SPACE = re.compile(r"[^\S ]")  # line breaks, tabs, U+2028…: every whitespace but " "
+# A spreadsheet reads a cell that begins with one of these as a formula (OWASP, "CSV
+# Injection"; tab and carriage return are gone after cleaning, but a cell is checked after
+# any leading spaces too); full-width forms as well, which some spreadsheets fold.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+# ... and inside a cell after a separator or a quote, where a spreadsheet that splits cells
+# another way (``;`` in many locales) would begin a cell.
+_FORMULA_INSIDE = re.compile("([,;\"'] *)(?=[=+\\-@\uff1d\uff0b\uff0d\uff20])")
 
 
 # --------------------------------------------------------------------------- JSON
@@ -128,6 +145,37 @@ def _last_component(match: re.Match) -> str:
     return name or "…"
 
 
+# --------------------------------------------------------------------------- names shown
+
+
+def shown_name(text: object, cap: int = MAX_NAME_CHARS) -> str:
+    """A name a student chose (a file, a submission, a student's name or id, a note or line
+    made of them) safe to print on one line of a terminal: through the submission output's
+    sanitiser (``untrusted.clean_text``: no escape sequence, no control character, capped to
+    ``cap``), every line break and tab a space, so it can neither change the terminal nor
+    start a line of its own."""
+    return _NOT_A_SPACE.sub(" ", clean_text(text, cap))
+
+
+def csv_cell(value):
+    """A cell of a CSV a spreadsheet will open: a number (``int``, ``float``, ``bool``) as it
+    is; anything else as text, cleaned like ``shown_name`` and — when it begins (after any
+    spaces) with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return — prefixed with ``'``,
+    so the spreadsheet shows it instead of evaluating it (OWASP's rule). The same ``'`` goes
+    before such a character after a ``,``, ``;`` or quote inside the text (where a spreadsheet
+    splitting on another separator would begin a cell), and the writer quotes every text cell
+    (``csv.QUOTE_NONNUMERIC``)."""
+    if isinstance(value, bool | int | float):
+        return value
+    if value is None:
+        return ""
+    raw = str(value)
+    text = _FORMULA_INSIDE.sub(r"\1'", shown_name(raw, CSV_CELL_CHARS))
+    if any(form.lstrip(" ").startswith(_FORMULA_START) for form in (raw, text)):
+        return "'" + text
+    return text
+
+
 # --------------------------------------------------------------------------- Markdown
 
 
@@ -139,8 +187,9 @@ def fence(text: str, info: str = "text") -> str:
 
 
 def code_span(text: str) -> str:
-    """``text`` as an inline code span (one line)."""
-    text = " ".join(str(text).split())
+    """``text`` as an inline code span (one line), delimited by a run of backticks longer
+    than any inside it (CommonMark), so no text can close the span early."""
+    text = " ".join(str(text).split()) or " "
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     ticks = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""

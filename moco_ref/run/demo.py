@@ -19,6 +19,7 @@ from moco_ref.judge.results import SubmissionReport
 from moco_ref.probe.options import GradeOptions
 from moco_ref.report.formats import score_text
 from moco_ref.report.scoring import NOT_PASSED, failed_families, has_full_marks, told_elsewhere
+from moco_ref.report.text import shown_name
 from moco_ref.run.pipeline import grade_tasks
 
 MANIFEST_RELATIVE = Path("examples") / "submissions" / "manifest.json"
@@ -164,8 +165,8 @@ def scoreboard_rows(outcomes: list[DemoOutcome], root: Path) -> list[tuple[str, 
             name = str(example.path)
         rows.append(
             (
-                name,
-                example.bug or "correct variant",
+                shown_name(name, cap=4096),
+                shown_name(example.bug or "correct variant"),
                 example.expected_text,
                 outcome.actual_text,
                 "as expected" if outcome.as_expected else "UNEXPECTED",
@@ -177,8 +178,8 @@ def scoreboard_rows(outcomes: list[DemoOutcome], root: Path) -> list[tuple[str, 
 def surprise_details(outcome: DemoOutcome) -> list[str]:
     """What to read when a verdict is not the expected one."""
     report = outcome.report
-    lines = [f"{report.submission}: expected {outcome.example.expected_text}, "
-             f"got {outcome.actual_text}"]
+    lines = [f"{shown_name(report.submission, cap=4096)}: expected "
+             f"{shown_name(outcome.example.expected_text)}, got {outcome.actual_text}"]
     if not report.gradable:
         lines += ["  " + line for line in report.traceback.rstrip().splitlines()[-15:]]
     for result in report.results:

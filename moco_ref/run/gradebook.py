@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moco_ref.report.scoring import points_str
+from moco_ref.report.text import shown_name
 from moco_ref.run.batch import SUMMARY_FORMAT
 from moco_ref.run.targets import TargetError
 
@@ -71,9 +72,11 @@ class GradeChange:
     why: str
 
     def line(self) -> str:
+        """One line to print: the name and the why (check ids read back from the summaries)
+        as ``text.shown_name`` shows names."""
         old = "–" if self.old is None else points_str(self.old)
         new = "–" if self.new is None else points_str(self.new)
-        return f"{self.submission}: {old} → {new} ({self.why})"
+        return f"{shown_name(self.submission)}: {old} → {new} ({shown_name(self.why, 4096)})"
 
 
 def diff_grades(old: Path, new: Path) -> list[GradeChange]:

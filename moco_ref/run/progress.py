@@ -1,5 +1,6 @@
 """A batch's progress on stderr, one submission at a time: a rich progress bar on a terminal,
-one plain line per submission otherwise (which reads well in CI logs)."""
+one plain line per submission otherwise (which reads well in CI logs). Names are shown as
+``text.shown_name`` shows them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from moco_ref.report.scoring import points_str
+from moco_ref.report.text import shown_name
 
 if TYPE_CHECKING:
     from moco_ref.run.batch import Outcome
@@ -51,11 +53,14 @@ class Progress:
         verdict = "not gradable" if not report.gradable else \
             f"{points_str(report.score)}/{points_str(report.max_score)}"
         suffix = " (cached)" if outcome.cached else ""
+        name = shown_name(outcome.target.name)
         if self._rich is not None:
+            from rich.markup import escape  # the description is read as rich markup
+
             self._rich.update(self._task, advance=1,
-                              description=f"{outcome.target.name}: {verdict}{suffix}")
+                              description=f"{escape(name)}: {verdict}{suffix}")
         else:
-            print(f"[{self.done}/{self.total}] {outcome.target.name}: {verdict}{suffix}",
+            print(f"[{self.done}/{self.total}] {name}: {verdict}{suffix}",
                   file=self.stream, flush=True)
 
     def stop(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,10 @@ FORMAT = "moco-ref-trajectory/1"
 STEP_QUANTITIES = ("ids", "q", "k", "grad", "loss", "query_params", "key_params")
 BUILDER_STEP_QUANTITIES = ("q", "k", "logits", "loss", "queue", "query_params", "key_params")
 FINAL_QUANTITIES = ("queue", "queue_ids", "history", "drift", "query_params", "key_params")
+# What ``load`` reads at most (decompressed): a recording of the probe is a few MB of JSON; a
+# gzip bomb of 0.6 MB would otherwise become 1.7 GB in memory.
+MAX_TRAJECTORY_BYTES = 256 * 2**20
+_READ_CHUNK = 1 << 20
 
 
 def _plain(value):
@@ -325,13 +330,38 @@ def save(trajectory: dict, path: str | Path) -> None:
 
 
 def load(path: str | Path) -> dict:
-    """A trajectory ``save`` wrote, or one written as plain JSON."""
+    """A trajectory ``save`` wrote, or one written as plain JSON; ``TrajectoryTooLarge`` (a
+    ``ValueError``, one line) when it holds more than ``MAX_TRAJECTORY_BYTES`` of JSON, which
+    is found out while decompressing, chunk by chunk, never after (a small gzip file can
+    expand a thousandfold)."""
     try:
-        data = Path(path).read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
+        with Path(path).open("rb") as raw:
+            compressed = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            stream = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
+            data = _read_capped(stream, path)
         return json.loads(data)
-    except (OSError, ValueError, EOFError) as error:
+    except TrajectoryTooLarge:
+        raise
+    except (OSError, ValueError, EOFError, zlib.error, RecursionError) as error:
         raise ValueError(f"cannot read trajectory {path}: {error}") from None
+
+
+class TrajectoryTooLarge(ValueError):
+    """A trajectory file that holds (or decompresses to) more than the cap."""
+
+
+def _read_capped(stream, path) -> bytes:
+    chunks, total = [], 0
+    while True:
+        chunk = stream.read(_READ_CHUNK)
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > MAX_TRAJECTORY_BYTES:
+            raise TrajectoryTooLarge(
+                f"trajectory {path} holds more than {MAX_TRAJECTORY_BYTES / 2**20:g} MB of JSON "
+                f"(the cap, refactor_guard.MAX_TRAJECTORY_BYTES): refused")
+        chunks.append(chunk)
 
 
