@@ -51,7 +51,6 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
         except Exception:  # noqa: BLE001 - a malformed record is every check's error
             broken = "the observation record could not be read:\n" + traceback.format_exc()
     results, crashes = [], {}
-    points = Rubric.from_pairs(options.rubric).points(style) if style in JUDGED_STYLES else {}
     for spec in all_checks():
         if not options.selects(spec.check_id):
             continue
@@ -64,11 +63,22 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
             results.append(_result(spec, Status.ERROR, OUT_OF_TIME))
         else:
             results.append(run_check(spec, style, evidence, crashes))
-        results[-1] = replace(results[-1], max_points=points.get(spec.check_id, 0.0))
+    results = _with_points(results, style, options)
     inferred = {"style": style}
     if evidence is not None and (deadline is None or time.monotonic() <= deadline):
         inferred.update(evidence.inferred())
     return results, inferred
+
+
+def _with_points(results: list[CheckResult], style: str,
+                 options: GradeOptions) -> list[CheckResult]:
+    """Each result's points from the rubric, the shares of the checks that did not apply to
+    this submission moved to the ones that did (``Rubric.points``: one rule, stated once)."""
+    if style not in JUDGED_STYLES:
+        return [replace(result, max_points=0.0) for result in results]
+    skipped = {r.check_id for r in results if r.status is Status.NOT_APPLICABLE}
+    points = Rubric.from_pairs(options.rubric).points(style, skipped)
+    return [replace(result, max_points=points.get(result.check_id, 0.0)) for result in results]
 
 
 def run_check(spec: CheckSpec, style: str, evidence: object,

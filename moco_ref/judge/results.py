@@ -63,11 +63,15 @@ class SubmissionReport:
 
     @property
     def score(self) -> float:
-        return sum(r.points for r in self.results)
+        """Points earned, in cents (each check's points have at most two decimals)."""
+        return round(sum(r.points for r in self.results), 2)
 
     @property
     def max_score(self) -> float:
-        return sum(r.max_points for r in self.results if r.status is not Status.NOT_APPLICABLE)
+        """The rubric's total for the style: a check that does not apply gave its share to
+        the others (``Rubric.points``), so this never depends on the submission."""
+        return round(sum(r.max_points for r in self.results
+                         if r.status is not Status.NOT_APPLICABLE), 2)
 
     def to_dict(self) -> dict:
         return {

@@ -63,10 +63,17 @@ class Rubric:
     def family_weight(self, family: str) -> float:
         return self.families.get(family, DEFAULT_FAMILY_WEIGHTS[family])
 
-    def points(self, style: str) -> dict[str, float]:
-        """``{check id: points}`` for every check that applies to ``style``; they add up to
-        ``total`` (unless every weight is 0)."""
-        specs = all_checks(style)
+    def points(self, style: str, not_applicable=frozenset()) -> dict[str, float]:
+        """``{check id: points}`` for every check that applies to ``style`` — decimals of at
+        most two places that add up to ``total`` exactly (unless every weight is 0).
+
+        The one rule for checks that do not apply to a submission (``not_applicable``, e.g.
+        the across-ranks checks of a single-process module): a check's share goes to the
+        applicable checks of its family, in proportion to their weights; a family none of
+        whose checks applies gives its share to the other families. A submission's own
+        behaviour never shrinks its maximum: every submission of a style is graded out of
+        the same total."""
+        specs = [s for s in all_checks(style) if s.check_id not in not_applicable]
         families = [f for f in FAMILIES if any(s.family == f for s in specs)]
         weights = sum(self.family_weight(f) for f in families)
         points = {}
@@ -77,7 +84,7 @@ class Rubric:
             for spec in members:
                 weight = self.checks.get(spec.check_id, spec.points)
                 points[spec.check_id] = share * weight / inner if inner else 0.0
-        return points
+        return in_cents(points, self.total)
 
     def to_pairs(self) -> tuple[tuple[str, float], ...]:
         pairs = [("total", self.total)]
@@ -97,6 +104,20 @@ class Rubric:
             elif kind == "check":
                 checks[name] = float(value)
         return cls(total, families, checks)
+
+
+def in_cents(points: dict[str, float], total: float) -> dict[str, float]:
+    """``points`` rounded to two decimals by the largest-remainder rule, so that they add up
+    to ``total`` (rounded to cents) exactly — no float noise in any output."""
+    if not points or sum(points.values()) <= 0:
+        return {name: 0.0 for name in points}
+    cents = {name: value * 100 for name, value in points.items()}
+    floors = {name: math.floor(value + 1e-9) for name, value in cents.items()}
+    left = round(total * 100) - sum(floors.values())
+    by_remainder = sorted(cents, key=lambda name: (floors[name] - cents[name], name))
+    for name in by_remainder[:max(0, left)]:
+        floors[name] += 1
+    return {name: floors[name] / 100 for name in points}
 
 
 DEFAULT_RUBRIC = Rubric()
