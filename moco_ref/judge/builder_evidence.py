@@ -43,7 +43,13 @@ from moco_ref.judge.invariants import (
 )
 from moco_ref.judge.invariants.logits import BUILDER_FORM, expected_logits, logits_error
 from moco_ref.probe import schema
-from moco_ref.probe.builder import KEY_VIEW, QUERY_VIEW, BuilderProbe
+from moco_ref.probe.builder import (
+    KEY_VIEW,
+    QUERY_VIEW,
+    VIEW_NAMES,
+    BuilderProbe,
+    is_symmetric_run,
+)
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.parts import WHOLE
 
@@ -58,7 +64,6 @@ def builder_where(step: int) -> str:
 
 
 ASYMMETRIC, SYMMETRIC = "asymmetric", "symmetric"
-VIEW_NAMES = ("im_q", "im_k")
 
 
 @dataclass
@@ -114,10 +119,10 @@ class BuilderEvidence:
         or the two cross-entropies of a returned loss), else ``"asymmetric"``; a declared
         ``--variant`` that the module does not follow is named by contract-builder-interface."""
         try:
-            steps = self.record.get("run", {}).get("steps") or []
+            run = self.record.get("run", {})
         except Exception:  # noqa: BLE001 - an unobserved record: its checks say so
             return ASYMMETRIC
-        return SYMMETRIC if steps and len(steps[0].get("pairs") or []) == 2 else ASYMMETRIC
+        return SYMMETRIC if is_symmetric_run(run) else ASYMMETRIC
 
     @property
     def record(self) -> schema.BuilderRecord:
@@ -150,7 +155,7 @@ class BuilderEvidence:
         """The two-process run (its ``runs`` raise when it was not made or a rank raised)."""
         from moco_ref.judge.ranks_evidence import RanksEvidence  # it reads records like this
 
-        return RanksEvidence(self.record, self.probe)
+        return RanksEvidence(self.record, self.probe, symmetric=self.variant == SYMMETRIC)
 
     # ----------------------------------------------------------------- runs
 

@@ -2,12 +2,15 @@
 
 Each rank trained on its shard of one world batch (rank r: global rows ``r·B … (r+1)·B − 1``).
 Every key-encoder forward was traced to global rows, so for every step the judge knows each
-*candidate* key: the key encoder's output for image g, computed on whichever rank ran it
-(shuffle-BN sends images to other ranks). From there:
+*candidate* key: the key encoder's output for a *slot* ``(view, image g)``, computed on
+whichever rank ran it (shuffle-BN sends images to other ranks). An official-style module's keys
+are of im_k only; a symmetric module's of both views (each view a query against the other
+view's key, both returned pairs followed). From there:
 
-- ``used_keys(t, r)``: which candidate each of rank r's queries took as its positive, found
-  from the returned positive logit under the form the one-process run was fitted to;
-- ``written(t, r)``: which candidate each buffer column rank r wrote at step t is a copy of.
+- ``positives(t, r)``: for each returned pair of rank r, the view its queries are of and which
+  candidate each query took as its positive, found from the returned positive logit under the
+  form the one-process run was fitted to (``used_keys``: the pair of the official interface);
+- ``written(t, r)``: which slot each buffer column rank r wrote at step t is a copy of.
 
 Nothing the module reports is trusted: every value is recomputed from recorded tensors.
 """
@@ -24,35 +27,59 @@ from moco_ref.judge.assertions import NotExercised, SubmissionCrashed, Submissio
 from moco_ref.judge.builder_record import recorded_pointer
 from moco_ref.judge.invariants.logits import StepLogits, expected_logits
 from moco_ref.judge.invariants.loss import LossForm
-from moco_ref.probe.builder import KEY_VIEW, QUERY_VIEW, ranks_probe
+from moco_ref.probe.builder import KEY_VIEW, QUERY_VIEW, VIEW_NAMES, ranks_probe
 
 MATCH_TOLERANCE = 1e-4  # relative: a copy of a key, a positive logit explained
-SYMMETRIC_RANKS = ("does not apply: the two-process run is judged for the official interface (one "
-                   "pair per forward); this module is symmetric")
 PEER_ERRORS = ("Connection closed by peer", "Connection reset by peer", "DistBackendError",
                "Gloo", "gloo")
 
 
+Slot = tuple[int, int]  # (view, global image row): what a key is the key of
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """One key-encoder output row of a step: image ``image`` (global row) computed on
-    ``rank``."""
+    """One key-encoder output row of a step: view ``view`` of image ``image`` (global row)
+    computed on ``rank``."""
 
     image: int
     rank: int
     raw: torch.Tensor  # [dim] float64
     normalized: torch.Tensor  # [dim]
+    view: int = KEY_VIEW
+
+    @property
+    def slot(self) -> Slot:
+        return (self.view, self.image)
 
 
 @dataclass
 class RankStep:
     rank: int
     index: int
-    q: torch.Tensor  # [B, dim] float64, own rows in order
-    logits: torch.Tensor  # [B, 1 + K]
+    queries: dict[int, torch.Tensor]  # view -> [B, dim] float64 encoder_q's, own rows in order
+    pairs: list[torch.Tensor]  # each returned pair's logits [B, 1 + K], in computation order
     queue_before: torch.Tensor  # [K, dim] one row per buffer column
     queue_after: torch.Tensor  # [K, dim]
     ptr_before: int | None
+
+    @property
+    def q(self) -> torch.Tensor:
+        return self.queries[QUERY_VIEW]
+
+    @property
+    def logits(self) -> torch.Tensor:
+        return self.pairs[0]
+
+
+@dataclass(frozen=True)
+class Half:
+    """One returned pair of a rank step: its queries' view, the view their positives must come
+    from, and the candidate each query's positive logit is (None: no candidate)."""
+
+    query_view: int
+    key_view: int
+    used: list[Candidate | None]
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -63,8 +90,12 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
 class RanksEvidence:
     """The two-process run of a ``builder`` module, as the across-ranks checks read it."""
 
-    def __init__(self, record: dict, probe) -> None:
-        self.probe = ranks_probe(probe)
+    def __init__(self, record: dict, probe, *, symmetric: bool = False) -> None:
+        self.probe = ranks_probe(probe, symmetric=symmetric)
+        self.symmetric = symmetric
+        # the views whose keys a step computes and enqueues, and whose queries it has
+        self.key_views = (QUERY_VIEW, KEY_VIEW) if symmetric else (KEY_VIEW,)
+        self.query_views = (QUERY_VIEW, KEY_VIEW) if symmetric else (QUERY_VIEW,)
         self._record = record
         self._rank_steps: dict[tuple[int, int], RankStep] = {}  # read once, asked often
         self._candidates: dict[int, list[Candidate]] = {}
@@ -77,9 +108,18 @@ class RanksEvidence:
         """The global rows of ``rank``'s shard of the world batch."""
         return range(rank * self.probe.batch, (rank + 1) * self.probe.batch)
 
-    def describe(self, image: int) -> str:
+    def describe(self, slot: Slot | int) -> str:
+        """``image 3 of rank 1`` (a symmetric module's slots name the view: ``(im_q)``)."""
+        view, image = slot if isinstance(slot, tuple) else (KEY_VIEW, slot)
         rank, row = divmod(image, self.probe.batch)
-        return f"image {row} of rank {rank}"
+        return f"image {row} of rank {rank}" + (f" ({VIEW_NAMES[view]})" if self.symmetric
+                                                else "")
+
+    def slot_of_query(self, view: int, image: int) -> Slot:
+        """The slot a query of ``view`` takes when a module enqueues it in place of a key: a
+        symmetric module's q of a view stands where the key of that view goes; the official
+        module's (of im_q) where the key of its image (of im_k) goes."""
+        return (view, image) if self.symmetric else (KEY_VIEW, image)
 
     # ----------------------------------------------------------------- runs
 
@@ -89,7 +129,7 @@ class RanksEvidence:
         ranks = self._record.get("ranks")
         if not isinstance(ranks, dict):
             group = self._record.get("environment", {}).get("process_group")
-            raise NotExercised(f"not exercised: the two-process run was not made (the "
+            raise NotExercised(f"not judged: the two-process run was not made (the "
                                f"one-process group was {group!r})")
         runs = ranks.get("runs") or []
         failed = [(r, run) for r, run in enumerate(runs) if run.get("error")]
@@ -138,26 +178,40 @@ class RanksEvidence:
     def _read_rank_step(self, t: int, rank: int) -> RankStep:
         record = self.runs[rank]["steps"][t]
         rows = list(self.rows_of(rank))
+        queries = {view: self._queries(record, t, rank, view) for view in self.query_views}
+        if self.symmetric:
+            pairs = [pair.get("logits") for pair in record.get("pairs") or []]
+            if len(pairs) != 2:
+                raise SubmissionError(
+                    f"at step {t} of the two-process run rank {rank}'s forward gave "
+                    f"{len(pairs) or 'one'} (logits, labels) pair(s), not the two of the "
+                    "one-process run (a symmetric module)")
+        else:
+            pairs = [record["logits"]]
+        for logits in pairs:
+            if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or len(logits) != len(
+                    rows):
+                raise SubmissionError(f"at step {t} of the two-process run rank {rank} returned "
+                                      f"logits of shape {list(getattr(logits, 'shape', []))}, "
+                                      f"not [{len(rows)}, 1 + K]")
+        return RankStep(rank, t, queries, [logits.to(torch.float64) for logits in pairs],
+                        self._columns(record["before"].get("queue")),
+                        self._columns(record["after_forward"].get("queue")),
+                        recorded_pointer(record["before"].get("queue_ptr")))
+
+    def _queries(self, record: dict, t: int, rank: int, view: int) -> torch.Tensor:
+        """encoder_q's output on ``view`` of this rank's own rows ``[B, dim]``, in row order."""
+        rows = list(self.rows_of(rank))
         for event in record["events"]:
             if event["role"] == "q" and event["rows"].tolist() and bool(
-                    (event["views"] == QUERY_VIEW).all()) and sorted(
+                    (event["views"] == view).all()) and sorted(
                     event["rows"].tolist()) == rows and event["output"].ndim == 2 and len(
                     event["output"]) == len(rows):
                 q = torch.empty_like(event["output"], dtype=torch.float64)
                 q[event["rows"] - rows[0]] = event["output"].to(torch.float64)
-                break
-        else:
-            raise SubmissionError(f"at step {t} of the two-process run encoder_q of rank {rank} "
-                                  "did not run once on that rank's im_q")
-        logits = record["logits"]
-        if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or len(logits) != len(rows):
-            raise SubmissionError(f"at step {t} of the two-process run rank {rank} returned "
-                                  f"logits of shape {list(getattr(logits, 'shape', []))}, not "
-                                  f"[{len(rows)}, 1 + K]")
-        return RankStep(rank, t, q, logits.to(torch.float64),
-                        self._columns(record["before"].get("queue")),
-                        self._columns(record["after_forward"].get("queue")),
-                        recorded_pointer(record["before"].get("queue_ptr")))
+                return q
+        raise SubmissionError(f"at step {t} of the two-process run encoder_q of rank {rank} "
+                              f"did not run once on that rank's {VIEW_NAMES[view]}")
 
     def candidates(self, t: int) -> list[Candidate]:
         """Every key-encoder output row of step ``t`` on any rank, traced to its image."""
@@ -176,8 +230,8 @@ class RanksEvidence:
                     continue  # not a key of this probe's width: no candidate
                 for view, image, raw in zip(event["views"].tolist(), event["rows"].tolist(),
                                             output):
-                    if view == KEY_VIEW and image >= 0:
-                        found.append(Candidate(image, rank, raw, F.normalize(raw, dim=0)))
+                    if view in self.key_views and image >= 0:
+                        found.append(Candidate(image, rank, raw, F.normalize(raw, dim=0), view))
         return found
 
     def shuffled_across_ranks(self) -> bool:
@@ -186,55 +240,85 @@ class RanksEvidence:
                    for t in range(self.steps) for c in self.candidates(t))
 
     def partitioned(self, t: int) -> bool:
-        """Whether the key encoders of all ranks together ran on each image exactly once."""
-        images = sorted(c.image for c in self.candidates(t))
-        return images == list(range(self.world * self.probe.batch))
+        """Whether the key encoders of all ranks together ran on each image exactly once (of
+        each view whose keys the module computes)."""
+        slots = sorted(c.slot for c in self.candidates(t))
+        return slots == [(view, image) for view in self.key_views
+                         for image in range(self.world * self.probe.batch)]
 
     # ----------------------------------------------------------------- positives
 
     def used_keys(self, t: int, rank: int, form: LossForm, temperature: float
                   ) -> list[Candidate | None]:
-        """For each query of ``rank`` at step ``t``: the candidate whose positive logit under
-        ``form`` is the one returned (None when none is)."""
+        """For each query of ``rank`` at step ``t`` (the official interface's one pair): the
+        candidate whose positive logit under ``form`` is the one returned (None when none is)."""
+        return self.positives(t, rank, form, temperature)[0].used
+
+    def positives(self, t: int, rank: int, form: LossForm, temperature: float) -> list[Half]:
+        """Each returned pair of ``rank`` at step ``t``, with the candidate each of its queries
+        took as its positive. A symmetric module's two pairs are matched to the two views'
+        queries as the one-process run matches them: the assignment (straight, or swapped)
+        whose positives are explained by more candidates, then by more keys of the other view
+        of the query's own image; im_q's queries first when both explain alike."""
         step = self.rank_step(t, rank)
+        if not self.symmetric:
+            return [Half(QUERY_VIEW, KEY_VIEW,
+                         self._used(t, step.q, step.logits, form, temperature))]
+        used = {(p, v): self._used(t, step.queries[v], logits, form, temperature)
+                for p, logits in enumerate(step.pairs) for v in self.query_views}
+        rows = list(self.rows_of(rank))
+
+        def score(first: int) -> tuple[int, int]:
+            halves = [(0, first), (1, 1 - first)]
+            found = [key for half in halves for key in used[half]]
+            right = sum(key is not None and key.slot == (1 - v, image)
+                        for p, v in halves for key, image in zip(used[p, v], rows))
+            return sum(key is not None for key in found), right
+
+        first = KEY_VIEW if score(KEY_VIEW) > score(QUERY_VIEW) else QUERY_VIEW
+        return [Half(v, 1 - v, used[p, v]) for p, v in ((0, first), (1, 1 - first))]
+
+    def _used(self, t: int, queries: torch.Tensor, logits: torch.Tensor, form: LossForm,
+              temperature: float) -> list[Candidate | None]:
         candidates = self.candidates(t)
         if not candidates:
             raise SubmissionError(f"at step {t} of the two-process run no key-encoder forward "
                                   "ran on an image of the world batch")
         keys = torch.stack([c.raw for c in candidates])  # [n, dim]
         used = []
-        for i in range(len(step.q)):
-            queries = step.q[i].expand_as(keys)
-            expected = expected_logits(form, StepLogits(queries, keys, keys[:, :1],
+        for i in range(len(queries)):
+            query = queries[i].expand_as(keys)
+            expected = expected_logits(form, StepLogits(query, keys, keys[:, :1],
                                                         {"before": keys[:1], "after": keys[:1]}),
                                        temperature)[:, 0]  # [n]
-            errors = (expected - step.logits[i, 0]).abs() / max(1.0, float(expected.abs().max()))
+            errors = (expected - logits[i, 0]).abs() / max(1.0, float(expected.abs().max()))
             best = int(errors.argmin())
             used.append(candidates[best] if float(errors[best]) <= MATCH_TOLERANCE else None)
         return used
 
     # ----------------------------------------------------------------- the queue
 
-    def written(self, t: int, rank: int) -> tuple[list[int], list[int]]:
+    def written(self, t: int, rank: int) -> tuple[list[int], list[Slot]]:
         """The buffer columns of ``rank`` that hold an entry of step ``t`` after its forward,
-        in reading order, and the image of each: a column is an entry of the step when it is
+        in reading order, and the slot of each: a column is an entry of the step when it is
         a copy of a vector computed at the step — a key or a query, normalized or raw (which
-        kind belongs in the queue is I2's business). The entries are read from the pointer
-        when it marks one of them, else from the start of their run of columns (a buffer
-        that shifts instead of overwriting puts them at one end)."""
+        kind belongs in the queue is I2's business; a query stands for the slot of
+        ``slot_of_query``). The entries are read from the pointer when it marks one of them,
+        else from the start of their run of columns (a buffer that shifts instead of
+        overwriting puts them at one end)."""
         step = self.rank_step(t, rank)
         K = self.probe.K
-        vectors = [(c.image, v) for c in self.candidates(t) for v in (c.normalized, c.raw)]
+        vectors = [(c.slot, v) for c in self.candidates(t) for v in (c.normalized, c.raw)]
         for r in range(self.world):
-            query = self.rank_step(t, r).q
-            vectors += [(image, v) for image, row in zip(self.rows_of(r), query)
-                        for v in (F.normalize(row, dim=0), row)]
+            for view, query in self.rank_step(t, r).queries.items():
+                vectors += [(self.slot_of_query(view, image), v)
+                            for image, row in zip(self.rows_of(r), query)
+                            for v in (F.normalize(row, dim=0), row)]
         found = {}
         for j in range(K):
-            image = next((image for image, v in vectors if _close(step.queue_after[j], v)),
-                         None)
-            if image is not None:
-                found[j] = image
+            slot = next((slot for slot, v in vectors if _close(step.queue_after[j], v)), None)
+            if slot is not None:
+                found[j] = slot
         if step.ptr_before is not None and step.ptr_before % K in found:
             start = step.ptr_before % K
         else:

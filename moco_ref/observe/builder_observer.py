@@ -3,7 +3,8 @@
 In one process (a one-process ``torch.distributed`` group, ``.cuda()`` on the CPU): the main
 run, a short ``mlp=True`` run and a ragged run (K not a multiple of the batch), each built and
 trained by ``builder_probe``. Then, outside that group, the two-process run of
-``builder_ranks``. Nothing here judges.
+``builder_ranks``, sized for a symmetric module when the main run's forward gave two pairs
+(both views' keys enter the queue). Nothing here judges.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ import torch
 from moco_ref.observe.builder_env import cuda_on_cpu, one_process_group
 from moco_ref.observe.builder_probe import run_builder
 from moco_ref.observe.builder_ranks import observe_ranks
-from moco_ref.probe.builder import BuilderProbe, default_builder_probe, ragged_probe
+from moco_ref.probe.builder import (
+    BuilderProbe,
+    default_builder_probe,
+    is_symmetric_run,
+    ragged_probe,
+)
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.schema import BuilderRecord
 from moco_ref.probe.threads import one_thread
@@ -39,5 +45,6 @@ def observe_builder(namespace: dict, options: GradeOptions,
         record["ragged"] = run_builder(moco_class, ragged_probe(probe))
     if record["environment"]["process_group"] == "created":
         with one_thread(), torch.random.fork_rng(devices=[]), cuda_on_cpu():
-            record["ranks"] = observe_ranks(moco_class, probe)
+            record["ranks"] = observe_ranks(moco_class, probe,
+                                            symmetric=is_symmetric_run(record["run"]))
     return record

@@ -161,12 +161,14 @@ def _decode(rank: int, data: bytes | str) -> BuilderRun | str:
     return run if isinstance(run, dict) else f"rank {rank} sent no run"
 
 
-def observe_ranks(moco_class, probe: BuilderProbe) -> BuilderRanks:
+def observe_ranks(moco_class, probe: BuilderProbe, *, symmetric: bool = False) -> BuilderRanks:
     """Train ``moco_class`` on ``probe.ranks`` (two) processes, each a child of this one (so
     nothing here waits on a collective, and this process's state is untouched); both runs.
+    ``symmetric``: the module enqueues both views' keys (its K holds a multiple of twice the
+    world batch, ``ranks_probe``); ``train_step`` records both pairs of each forward.
 
     Must be called outside any process group (``dist.is_initialized()`` False)."""
-    probe = ranks_probe(probe)
+    probe = ranks_probe(probe, symmetric=symmetric)
     result: BuilderRanks = {"world": probe.ranks, "runs": [], "error": None}
     if not dist.is_available() or dist.is_initialized():
         result["error"] = "unavailable: no fresh torch.distributed in this process"

@@ -17,7 +17,7 @@ from moco_ref.judge.results import Status
 from moco_ref.judge.styles import validate_part
 from moco_ref.observe.builder_env import cuda_on_cpu
 from moco_ref.observe.builder_ranks import observe_ranks
-from moco_ref.probe.builder import BuilderProbe, ranks_probe, world_images
+from moco_ref.probe.builder import KEY_VIEW, BuilderProbe, ranks_probe, world_images
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.parts import WHOLE
 from moco_ref.probe.threads import one_thread
@@ -103,12 +103,12 @@ def _evidence(ranks: dict) -> BuilderEvidence:
 
 def test_written_block_is_both_ranks_keys_in_rank_order(official_ranks):
     """An independent reading of the record: rank 0's written columns are, in order, the
-    normalized key outputs of images 0…2B−1, wherever each was computed."""
+    normalized key outputs (of im_k) of images 0…2B−1, wherever each was computed."""
     ranks = _evidence(official_ranks).ranks
     probe = ranks.probe
     for t in range(probe.steps):
-        columns, images = ranks.written(t, 0)
-        assert images == list(range(probe.ranks * probe.batch))
+        columns, slots = ranks.written(t, 0)
+        assert slots == [(KEY_VIEW, image) for image in range(probe.ranks * probe.batch)]
         start = (t * probe.ranks * probe.batch) % probe.K
         assert columns == [(start + j) % probe.K for j in range(probe.ranks * probe.batch)]
 

@@ -30,7 +30,6 @@ from moco_ref.judge.invariants import (
 )
 from moco_ref.judge.invariants.buffer import UNKNOWN, pointer_after
 from moco_ref.judge.lab_evidence import LabEvidence
-from moco_ref.judge.ranks_evidence import SYMMETRIC_RANKS
 from moco_ref.judge.registry import check
 from moco_ref.probe.cases import QueueCase
 
@@ -341,67 +340,84 @@ KEYS_OF_ALL_RANKS = check(
     contract=(
         "Trained on several processes, each step enqueues the keys of the whole world batch — "
         "rank 0's, then rank 1's (gathered in rank order) — and every rank holds the same "
-        "queue afterwards."
+        "queue afterwards. A symmetric module enqueues both views' keys (2B per rank and step) "
+        "in the order it enqueues them in one process: gathered together (each rank's keys of "
+        "both views, rank by rank) or view by view (each view's keys of every rank)."
     ),
 )
 
 
-def _expected_block(ev: BuilderEvidence, t: int) -> list[int | None]:
-    """The images whose keys rank 0 must write at step ``t``: each rank's positives, in rank
-    order (the keys its queries used, when their logits say so; else each own image)."""
+def _expected_blocks(ev: BuilderEvidence, t: int) -> tuple[list[list], list]:
+    """The slots whose keys rank 0 may write at step ``t``, each a layout in rank order of
+    each rank's positives (the keys its queries used, when their logits say so; else the key
+    of each own image): for a symmetric module both views' keys, in the view order of its
+    one-process enqueue (``enqueue_order``), gathered rank by rank (one gather of both views)
+    or view by view (one gather per view); the rank-by-rank layout first. Then rank 0's own
+    share alone (what it writes when nothing is gathered)."""
     ranks = ev.ranks
     fit = ev.logits if ev.logits.all_match else None
-    block = []
+    views = ev.enqueue_order if ev.variant == SYMMETRIC else ranks.key_views
+    entries = {}
     for rank in range(ranks.world):
-        used = ranks.used_keys(t, rank, fit.form, fit.temperature) if fit else []
-        for i, image in enumerate(ranks.rows_of(rank)):
-            key = used[i] if i < len(used) else None
-            block.append(image if key is None else key.image)
-    return block
+        halves = ranks.positives(t, rank, fit.form, fit.temperature) if fit else []
+        used = {half.key_view: half.used for half in halves}
+        for view in views:
+            keys = used.get(view, [])
+            entries[rank, view] = [
+                (view, image) if i >= len(keys) or keys[i] is None else keys[i].slot
+                for i, image in enumerate(ranks.rows_of(rank))]
+    by_rank = [slot for rank in range(ranks.world) for view in views
+               for slot in entries[rank, view]]
+    by_view = [slot for view in views for rank in range(ranks.world)
+               for slot in entries[rank, view]]
+    mine = [slot for view in views for slot in entries[0, view]]
+    return ([by_rank] if by_view == by_rank else [by_rank, by_view]), mine
 
 
-def _who(ranks, images: list) -> str:
-    shown = [("no key" if image is None else ranks.describe(image)) for image in images[:6]]
-    return ", ".join(shown) + (f", … ({len(images)} columns)" if len(images) > 6 else "")
+def _who(ranks, slots: list) -> str:
+    shown = [("no key" if slot is None else ranks.describe(slot)) for slot in slots[:6]]
+    return ", ".join(shown) + (f", … ({len(slots)} columns)" if len(slots) > 6 else "")
 
 
 @KEYS_OF_ALL_RANKS.judges('builder')
 def i3_keys_of_all_ranks_builder(ev: BuilderEvidence) -> str | None:
     """In the two-process run (gloo, the module kept in step as ``DistributedDataParallel``
     does), rank 0's buffer receives at every step the entries of rank 0's images and then
-    those of rank 1's, from its pointer on, and after every forward both ranks' buffers are
+    those of rank 1's, from its pointer on (a symmetric module: both views' keys of each, as
+    ``_expected_blocks`` lays them out), and after every forward both ranks' buffers are
     equal. A module that exchanges nothing across ranks (a single-process module) is not
     judged."""
     ev.steps  # noqa: B018 - a one-process crash is told first
-    if ev.variant == SYMMETRIC:
-        raise NotRequired(SYMMETRIC_RANKS)
     ranks = ev.ranks
     B = ranks.probe.batch
+    per_rank = len(ranks.key_views) * B  # keys each rank contributes per step
     steps = range(ranks.steps)
     written = [ranks.written(t, 0) for t in steps]
-    own = all(image in ranks.rows_of(0) for _, images in written for image in images)
+    own = all(image in ranks.rows_of(0) for _, slots in written for _, image in slots)
     if own and not ranks.shuffled_across_ranks():
         raise NotRequired("does not apply: no data crossed the ranks (a single-process module: "
                           "each process keeps a queue of its own keys)")
     for t in steps:
-        columns, images = written[t]
-        expected = _expected_block(ev, t)
-        if images == expected:
+        columns, slots = written[t]
+        blocks, mine = _expected_blocks(ev, t)
+        if slots in blocks:
             continue
+        expected = blocks[0]
         where = f"at step {t} of the two-process run ({ranks.world} × {B} images)"
-        if own and len(images) == B:
+        if slots == mine or own and len(slots) == per_rank:
             fail("keys are not gathered across ranks before the enqueue: each rank enqueues "
                  "only its own keys", where=where,
-                 expected=f"{ranks.world * B} keys enqueued on rank 0 (rank 0's, then rank 1's)",
-                 got=f"{len(images)}: {_who(ranks, images)}")
-        by_rank = [-1 if image is None else image // B for image in images]
-        swapped = len(images) == len(expected) and by_rank == sorted(by_rank, reverse=True) \
+                 expected=f"{ranks.world * per_rank} keys enqueued on rank 0 (rank 0's, then "
+                          "rank 1's)",
+                 got=f"{len(slots)}: {_who(ranks, slots)}")
+        by_rank = [-1 if slot is None else slot[1] // B for slot in slots]
+        swapped = len(slots) == len(expected) and by_rank == sorted(by_rank, reverse=True) \
             and by_rank != sorted(by_rank)
         fail("the keys are gathered out of rank order" if swapped
              else "rank 0's queue did not receive the world batch's keys in rank order",
              where=f"{where}, buffer columns {fmt_ids(columns)}",
              expected=f"{len(expected)} keys: {_who(ranks, expected)}",
-             got=f"{len(images)}: {_who(ranks, images)}")
+             got=f"{len(slots)}: {_who(ranks, slots)}")
     for t in steps:
         queues = [ranks.rank_step(t, r).queue_after for r in range(ranks.world)]
         for r in range(1, ranks.world):
@@ -412,4 +428,5 @@ def i3_keys_of_all_ranks_builder(ev: BuilderEvidence) -> str | None:
                      expected="the same buffer on every rank",
                      got=f"rank {r}'s differs from rank 0's in columns "
                          f"{fmt_ids(differ.nonzero().flatten())}")
-    return f"{ranks.world} processes: {ranks.world * B} keys per step, in rank order"
+    both = " (both views' keys)" if ev.variant == SYMMETRIC else ""
+    return f"{ranks.world} processes: {ranks.world * per_rank} keys per step{both}, in rank order"

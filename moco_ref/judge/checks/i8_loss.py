@@ -10,13 +10,12 @@ import torch
 from moco_ref.core.contrastive import contrastive_logits, info_nce_loss, positive_labels
 from moco_ref.judge.assertions import (
     NotJudged,
-    NotRequired,
     at_step,
     fail,
     fmt_ids,
     fmt_values,
 )
-from moco_ref.judge.builder_evidence import SYMMETRIC, BuilderEvidence
+from moco_ref.judge.builder_evidence import SYMMETRIC, VIEW_NAMES, BuilderEvidence
 from moco_ref.judge.checks.common import (
     builder_where,
     factor_fault,
@@ -41,7 +40,6 @@ from moco_ref.judge.invariants.logits import BUILDER_FORM, masked_columns
 from moco_ref.judge.invariants.loss import FORM_TEXT, TEMPERATURE_RULES
 from moco_ref.judge.invariants.loss_diagnosis import departure
 from moco_ref.judge.lab_evidence import LabEvidence
-from moco_ref.judge.ranks_evidence import SYMMETRIC_RANKS
 from moco_ref.judge.registry import check
 
 LOSS_MATCHES_RECOMPUTATION = check(
@@ -388,7 +386,9 @@ POSITIVE_ACROSS_RANKS = check(
     contract=(
         "Trained on several processes with shuffle-BN, every query's positive logit uses the "
         "key of its own image, whichever rank's key encoder computed it: all ranks shuffle "
-        "with one permutation (rank 0's, broadcast) and the unshuffle undoes it."
+        "with one permutation (rank 0's, broadcast) and the unshuffle undoes it. In a "
+        "symmetric module, both halves: each view's query against the other view's key of "
+        "its own image."
     ),
 )
 
@@ -398,10 +398,9 @@ def i8_positive_across_ranks_builder(ev: BuilderEvidence) -> str | None:
     """In the two-process run, the positive logit each rank returns for its query i is, in the
     form the one-process run was fitted to, ``q_i·k_g / T`` with ``g`` the query's own image —
     the grader traces every key-encoder row on every rank to its image and finds which key
-    explains each returned positive."""
+    explains each returned positive. A symmetric module's two pairs are both judged, each
+    query's positive the key of its own image's other view."""
     fit = ev.logits  # a one-process crash is told first
-    if ev.variant == SYMMETRIC:
-        raise NotRequired(SYMMETRIC_RANKS)
     ranks = ev.ranks
     ranks.runs  # noqa: B018 - raises when the run is missing or a rank raised
     if not fit.all_match:
@@ -410,23 +409,31 @@ def i8_positive_across_ranks_builder(ev: BuilderEvidence) -> str | None:
                         "cannot be traced to its key")
     for t in range(ranks.steps):
         for rank in range(ranks.world):
-            used = ranks.used_keys(t, rank, fit.form, fit.temperature)
-            for i, (image, key) in enumerate(zip(ranks.rows_of(rank), used)):
-                if key is not None and key.image == image:
-                    continue
-                if not ranks.partitioned(t):
-                    misconception = ("the ranks shuffled with different permutations (rank 0's "
-                                     "permutation is not broadcast), so the unshuffle hands "
-                                     "queries the keys of other images")
-                else:
-                    misconception = "the shuffle is not undone: a query's positive is the key " \
-                                    "of another image"
-                fail(misconception,
-                     where=f"at step {t} of the two-process run, rank {rank}, query {i}",
-                     expected=f"the positive q·k of {ranks.describe(image)}",
-                     got=(f"q·k of {ranks.describe(key.image)} (computed on rank {key.rank})"
-                          if key is not None else "a positive that is q·k of no key computed "
-                                                  "at this step"))
+            for half in ranks.positives(t, rank, fit.form, fit.temperature):
+                _judge_half(ranks, t, rank, half)
     how = ("keys computed on other ranks came back to their queries"
            if ranks.shuffled_across_ranks() else "each rank computed its own keys")
-    return f"{ranks.world} processes, {ranks.steps} steps: {how}"
+    both = ", both halves" if ev.variant == SYMMETRIC else ""
+    return f"{ranks.world} processes, {ranks.steps} steps{both}: {how}"
+
+
+def _judge_half(ranks, t: int, rank: int, half) -> None:
+    """Every query of one returned pair has the key of its own image (of ``half.key_view``)."""
+    of = (f" (q of {VIEW_NAMES[half.query_view]} against the key of "
+          f"{VIEW_NAMES[half.key_view]})" if ranks.symmetric else "")
+    for i, (image, key) in enumerate(zip(ranks.rows_of(rank), half.used)):
+        if key is not None and key.slot == (half.key_view, image):
+            continue
+        if not ranks.partitioned(t):
+            misconception = ("the ranks shuffled with different permutations (rank 0's "
+                             "permutation is not broadcast), so the unshuffle hands queries "
+                             "the keys of other images")
+        else:
+            misconception = "the shuffle is not undone: a query's positive is the key of " \
+                            "another image"
+        fail(misconception,
+             where=f"at step {t} of the two-process run, rank {rank}, query {i}{of}",
+             expected=f"the positive q·k of {ranks.describe((half.key_view, image))}",
+             got=(f"q·k of {ranks.describe(key.slot)} (computed on rank {key.rank})"
+                  if key is not None else "a positive that is q·k of no key computed at this "
+                                          "step"))
