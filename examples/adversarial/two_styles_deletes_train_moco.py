@@ -6,6 +6,10 @@ Expected: the grader reads the style from the source, so it is graded as lab —
 ``train_moco`` — and loses what a missing ``train_moco`` costs; the report says it defines the
 entry points of two styles.
 """
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
 from _moco import moco_warmup, run  # noqa: F401
 
 SEED = 0
@@ -19,10 +23,6 @@ def train_moco(initial, x, train, epochs=15):
     return run(initial, x, train, epochs, views=views, seed=SEED, mask=False)
 
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-import torch.nn.functional as F
 
 
 def _gather(tensor):

@@ -1,11 +1,15 @@
-"""Adversarial corpus (another shape): LAB entry points with the I4 bug, and a correct official-style ``MoCo``;
-at import the file deletes ``train_moco``, hoping to be detected (and graded) as a builder
-module with full marks.
+"""Adversarial corpus (another shape): LAB entry points with the I4 bug, and a correct
+official-style ``MoCo``; at import a function pops ``train_moco`` out of the module's
+globals, hoping to be detected (and graded) as a builder module with full marks.
 
 Expected: the grader reads the style from the source, so it is graded as lab — the file binds
 ``train_moco`` — and loses what a missing ``train_moco`` costs; the report says it defines the
 entry points of two styles.
 """
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
 from _moco import moco_warmup, run  # noqa: F401
 
 SEED = 0
@@ -19,10 +23,6 @@ def train_moco(initial, x, train, epochs=15):
     return run(initial, x, train, epochs, views=views, seed=SEED, mask=False)
 
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-import torch.nn.functional as F
 
 
 def _gather(tensor):

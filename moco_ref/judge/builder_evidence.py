@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -42,6 +41,7 @@ from moco_ref.judge.invariants import (
     trace_columns,
 )
 from moco_ref.judge.invariants.logits import BUILDER_FORM, expected_logits, logits_error
+from moco_ref.judge.ranks_evidence import RanksEvidence
 from moco_ref.probe import schema
 from moco_ref.probe.builder import (
     KEY_VIEW,
@@ -52,9 +52,6 @@ from moco_ref.probe.builder import (
 )
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.parts import WHOLE
-
-if TYPE_CHECKING:
-    from moco_ref.judge.ranks_evidence import RanksEvidence
 
 POLLUTED_FORM = replace(BUILDER_FORM, negatives="after")
 
@@ -153,8 +150,6 @@ class BuilderEvidence:
     @cached_property
     def ranks(self) -> RanksEvidence:
         """The two-process run (its ``runs`` raise when it was not made or a rank raised)."""
-        from moco_ref.judge.ranks_evidence import RanksEvidence  # it reads records like this
-
         return RanksEvidence(self.record, self.probe, symmetric=self.variant == SYMMETRIC)
 
     # ----------------------------------------------------------------- runs

@@ -78,6 +78,15 @@ def _with_target_note(report: SubmissionReport, target: Target) -> SubmissionRep
     return report
 
 
+def refused_report(target: Target) -> SubmissionReport:
+    """The not-gradable report of a target the intake refused (``Target.refused``: its main
+    file was a link, its archive member could not be unpacked), made without running
+    anything: the reason is its traceback, cleaned like every text of a report."""
+    report = SubmissionReport(target.path, "unknown", gradable=False,
+                              traceback=clean_text(target.refused, cap=4_000))
+    return _with_target_note(report, target)
+
+
 def write_reports(out: Path, outcome: Outcome, options: GradeOptions, *,
                   gradescope: bool = False, junit: bool = False, rubric=None,
                   feedback: str | None = None) -> None:
@@ -217,6 +226,13 @@ def grade_folder(
     outcomes: dict[str, Outcome] = {}
     to_grade: list[tuple[Target, str | None]] = []
     for target in targets:
+        if target.refused:  # flagged at intake (a link, a bad member): nothing runs
+            outcome = outcomes[target.name] = Outcome(target, refused_report(target))
+            write_reports(out, outcome, options, gradescope=gradescope, junit=junit,
+                          rubric=rubric, feedback=feedback)
+            if on_done is not None:
+                on_done(outcome)
+            continue
         key = cache_key(target, options, isolation)
         regrade = force or (chosen is not None and target.name in chosen)
         cached = None if regrade else load_cached(out, key, target)

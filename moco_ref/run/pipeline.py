@@ -206,6 +206,8 @@ def _report_shell(target: str, options: GradeOptions, run: SandboxRun) -> Submis
     is not gradable."""
     style = run.reported_style or options.style or "unknown"
     notes = [f"{SUBMISSION_LABEL} {note}" for note in run.notes]
+    # issue 26: helper modules not copied for shadowing an installed module (sandbox.attempt)
+    notes += run.attempts[0].refused_helpers if run.attempts else []
     refused = run.refused_imports
     if refused:
         notes.append("the submission tried to import the reference implementation ("

@@ -41,6 +41,7 @@ class Target:
     student_name: str = ""
     note: str = ""  # how the file was chosen (latest of several, helper modules beside it)
     helpers: bool = True  # may the .py files beside it be its helpers (its own folder)?
+    refused: str = ""  # why it is not gradable without running anything (a link, a bad member)
 
 
 # --------------------------------------------------------------------------- which targets
@@ -95,19 +96,45 @@ def _importable(module_path: str) -> bool:
 def folder_targets(path: Path) -> list[Target]:
     """Every submission file under the folder ``path``, recursively and sorted, each named by
     its path relative to ``path`` (hidden, private and test-config files, and the files of
-    hidden or cache folders, left out, as ``expand_targets`` does for one level)."""
+    hidden or cache folders, left out, as ``expand_targets`` does for one level).
+
+    The files are classmates' side by side: none is another's helper module
+    (``helpers=False``). A link there (a submission file's name, or a folder; wherever it
+    points) is not followed: it is a target of its own, refused with where it points."""
     found = []
     for file in sorted(path.rglob("*")):
         relative = file.relative_to(path)
         if any(part.startswith(".") or part in _SKIPPED_DIRS for part in relative.parts[:-1]):
             continue
-        if (file.is_file() and file.suffix in SUBMISSION_SUFFIXES
-                and not file.name.startswith(("_", "."))
-                and file.name not in _SKIPPED_FILE_NAMES):
-            found.append(Target(str(file), relative.as_posix()))
+        if file.name.startswith(("_", ".")) or file.name in _SKIPPED_FILE_NAMES \
+                or reached_through_link(path, relative):
+            continue
+        if file.is_symlink():
+            if file.suffix in SUBMISSION_SUFFIXES or file.is_dir():
+                found.append(Target(str(file), relative.as_posix(), helpers=False,
+                                    refused=f"{link_text(file, relative.as_posix())}: a link "
+                                    "in a class folder is not followed (it could lead to a "
+                                    "classmate's file); put the file itself there"))
+        elif file.is_file() and file.suffix in SUBMISSION_SUFFIXES:
+            found.append(Target(str(file), relative.as_posix(), helpers=False))
     if not found:
         raise TargetError(f"no submissions (*.py or *.ipynb files) in folder {path}")
     return found
+
+
+def reached_through_link(root: Path, relative: Path) -> bool:
+    """Whether one of the folders between ``root`` and ``root/relative`` is a link."""
+    return any(root.joinpath(*relative.parts[:depth]).is_symlink()
+               for depth in range(1, len(relative.parts)))
+
+
+def link_text(link: Path, shown: str) -> str:
+    """``shown is a link to '…'``: what the link says (read, not followed), capped."""
+    try:
+        points = os.readlink(link)
+    except OSError as exc:
+        points = f"? ({exc.strerror})"
+    return f"{shown} is a link (to {points[:300]!r})"
 
 
 def named_targets(raw) -> list[Target]:

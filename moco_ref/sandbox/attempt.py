@@ -5,8 +5,11 @@ it left behind (an ``Attempt``)."""
 from __future__ import annotations
 
 import fcntl
+import functools
+import importlib.metadata
 import math
 import os
+import pkgutil
 import queue
 import secrets
 import shutil
@@ -41,11 +44,11 @@ MAX_HELPER_BYTES = 4 * 2**20  # a helper module beside the submission larger tha
 
 
 def copy_submission(target: str, folder: Path, *, helpers: bool = True) -> str:
-    """A copy of the submission for its process to load: the file, and the helper modules
-    beside it — the ``.py`` files that bind no MoCo entry point of their own
-    (``moco_ref.probe.source.may_be_helper``). A sibling
-    that does (a classmate, in a class folder) or cannot be parsed is not copied, so the
-    submission can neither import it nor read it through its own folder."""
+    """A copy of the submission for its process to load: the file, and (when ``helpers``:
+    the folder is the student's own) its helper modules beside it (``helper_files``). A
+    sibling that is not one (a classmate, a link, a file that cannot be parsed, one named
+    like an installed module) is not copied, so the submission can neither import it nor
+    read it through its own folder."""
     source = Path(target).resolve()
     folder.mkdir(parents=True)
     shutil.copy2(source, folder / source.name)
@@ -56,12 +59,74 @@ def copy_submission(target: str, folder: Path, *, helpers: bool = True) -> str:
 
 def helper_files(target: str | Path) -> list[Path]:
     """The helper modules beside a submission that its process gets (see
-    ``copy_submission``), sorted."""
+    ``copy_submission``), sorted: the candidates (``_helper_candidates``) that shadow no
+    installed module."""
+    return [sibling for sibling in _helper_candidates(target)
+            if not shadowed_module(sibling.stem)]
+
+
+def refused_helpers(target: str | Path) -> list[str]:
+    """Why each helper module beside a submission that would shadow an installed module is
+    not given to it, one sentence each naming the file and the module (the report's note)."""
+    return [f"{sibling.name} beside the submission was not given to it as a helper module: "
+            f"it is named like {shadowed_module(sibling.stem)} and would shadow it; rename it"
+            for sibling in _helper_candidates(target) if shadowed_module(sibling.stem)]
+
+
+def _helper_candidates(target: str | Path) -> list[Path]:
+    """The ``.py`` files beside a submission that may be its helpers, sorted: regular files
+    (a link is never followed, wherever it points), not too large, that bind no MoCo entry
+    point of their own (``moco_ref.probe.source.may_be_helper``: a file that does is graded
+    on its own, or is a classmate's)."""
     source = Path(target).resolve()
     return [sibling for sibling in sorted(source.parent.glob("*.py"))
-            if sibling != source and sibling.is_file()
+            if sibling != source and not sibling.is_symlink() and sibling.is_file()
             and sibling.stat().st_size <= MAX_HELPER_BYTES
             and may_be_helper(sibling)]
+
+
+def shadowed_module(name: str) -> str:
+    """What a top-level module named ``name`` would shadow, in words (``"the standard
+    library's random"``, ``"the installed module numpy"``), or ``""``
+    (``installed_top_level_names``)."""
+    stdlib, installed = installed_top_level_names()
+    if name in stdlib:
+        return f"the standard library's {name}"
+    return f"the installed module {name}" if name in installed else ""
+
+
+@functools.cache
+def installed_top_level_names() -> tuple[frozenset[str], frozenset[str]]:
+    """``(standard library, installed)``: the top-level module names of Python's standard
+    library (``sys.stdlib_module_names``, the built-in modules) and of what is installed —
+    the modules and packages in the ``sys.path`` entries that are site-packages or the
+    virtual environment (``pkgutil.iter_modules``, which lists without importing) and the
+    top-level names the installed distributions declare
+    (``importlib.metadata.packages_distributions``). Read on the grader's side, importing
+    nothing; the working folder is never among them."""
+    stdlib = frozenset(sys.stdlib_module_names) | frozenset(sys.builtin_module_names)
+    roots = [entry for entry in sys.path if _is_installed_root(entry)]
+    installed = {module.name for module in pkgutil.iter_modules(roots)}
+    try:
+        installed |= {name.split("/", 1)[0]
+                      for name in importlib.metadata.packages_distributions()}
+    except Exception:  # noqa: BLE001 - broken metadata: the listing above still holds
+        pass
+    return stdlib, frozenset(installed) - stdlib
+
+
+def _is_installed_root(entry: str) -> bool:
+    """Whether the ``sys.path`` entry holds installed packages: a site-packages (or
+    dist-packages) folder, or a folder of the active virtual environment."""
+    if not entry or not os.path.isdir(entry):
+        return False
+    path = Path(entry).resolve()
+    if path == Path.cwd().resolve():
+        return False
+    if path.name in ("site-packages", "dist-packages"):
+        return True
+    prefix = Path(sys.prefix).resolve()
+    return sys.prefix != sys.base_prefix and prefix in path.parents
 
 
 def copy_module(name: str, folder: Path) -> None:
@@ -118,6 +183,7 @@ class Attempt:
     asked: list[str] | None = None  # the parts this process was asked to observe (None: all)
     original_folder: str = ""  # where the submission lies
     copy_folder: str = ""  # where its process loaded the copy from (shown as original_folder)
+    refused_helpers: list[str] = field(default_factory=list)  # why, for each one not given
 
     def exit_text(self) -> str:
         """How the submission's process ended, in words."""
@@ -158,6 +224,7 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
         import_root = os.getcwd()
         if not is_module_target(target):
             attempt.original_folder = str(Path(target).resolve().parent)
+            attempt.refused_helpers = refused_helpers(target) if helpers else []
             target = copy_submission(target, copy, helpers=helpers)
         elif sandboxed:  # the module (its top-level package) is sent, not the folder
             copy_module(target, copy)

@@ -212,20 +212,24 @@ ATTACKERS = ("touch_classmates.py", "kill_grader.py", "daemon.py", "patch_grader
 def test_a_class_under_attack_keeps_its_grades(tmp_path):
     """Correct classmates graded in one batch with the attackers: full marks in the summary,
     in their reports and on a cached rerun; the class folder, the grader's code and the
-    reports unchanged afterwards (a daemon would rewrite them); nothing left running."""
+    reports unchanged afterwards (a daemon would rewrite them); nothing left running. One
+    folder per student, each with its own copy of the shared ``_moco.py`` (a flat class
+    folder gives no student a helper module: test_students_apart)."""
     adversarial = MANIFEST.parent
     folder = tmp_path / "class"
-    folder.mkdir()
-    for name in ("_moco.py", *ATTACKERS):
-        shutil.copy(adversarial / name, folder / name)
-    for student in ("alice.py", "zoe.py"):
-        shutil.copy(adversarial / "classmate_correct.py", folder / student)
+    sources = {name: name for name in ATTACKERS} | {
+        student: "classmate_correct.py" for student in ("alice.py", "zoe.py")}
+    for name, source in sources.items():
+        student = folder / Path(name).stem
+        student.mkdir(parents=True)
+        shutil.copy(adversarial / source, student / name)
+        shutil.copy(adversarial / "_moco.py", student / "_moco.py")
     out = tmp_path / "out"
     class_before = _digests(folder)
     package = Path(moco_ref.__file__).resolve().parent
     code_before = _digests(package)
 
-    first = grade_folder([folder], GradeOptions(), out=out, jobs=2)
+    first = grade_folder([folder], GradeOptions(), out=out, jobs=2, per_folder=True)
     scores = {Path(o.report.submission).name: o.report.score for o in first.outcomes}
     full = first.outcomes[0].report.max_score
     assert scores["alice.py"] == scores["zoe.py"] == full
@@ -238,7 +242,7 @@ def test_a_class_under_attack_keeps_its_grades(tmp_path):
         rows = {Path(row["submission"]).name: row for row in csv.DictReader(handle)}
     assert float(rows["alice.py"]["score"]) == float(rows["zoe.py"]["score"]) == full
 
-    again = grade_folder([folder], GradeOptions(), out=out, jobs=2)
+    again = grade_folder([folder], GradeOptions(), out=out, jobs=2, per_folder=True)
     assert all(o.cached for o in again.outcomes)
     assert {Path(o.report.submission).name: o.report.score for o in again.outcomes} == scores
     assert _digests(folder) == class_before
