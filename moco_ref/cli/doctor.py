@@ -1,7 +1,9 @@
 """``moco-ref doctor``: what a submission's process actually sees here, found by grading a
 probe submission in the same sandbox as any other (its ``moco_warmup`` reports from inside):
 its user, capabilities, no_new_privs and seccomp, limits, which paths it can read or write,
-whether it sees other processes, and whether it reaches the network or host sockets."""
+whether it can change the device nodes, its /dev/shm and terminals, whether it sees other
+processes, and whether it reaches the network or host sockets; and, from outside, the host
+user its processes run as."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 PROBE = r'''
-import os, resource, socket
+import errno, os, resource, socket
 
 
 def _status():
@@ -47,6 +49,34 @@ def _network():
         return "no internet (" + type(error).__name__ + ")"
 
 
+def _devices():
+    changed, refused = [], set()
+    for name in ("null", "zero", "full", "random", "urandom", "tty"):
+        path = "/dev/" + name
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        for change in (lambda: os.chmod(path, info.st_mode & 0o7777),  # the mode it has
+                       lambda: os.chown(path, info.st_uid, info.st_gid)):  # the owner too
+            try:
+                change()
+                changed.append(name)
+            except OSError as error:
+                refused.add(errno.errorcode.get(error.errno, str(error.errno)))
+    if changed:
+        return "CAN BE CHANGED: " + ", ".join(sorted(set(changed)))
+    return "read-only (chmod and chown refused: " + ", ".join(sorted(refused)) + ")"
+
+
+def _shared_memory():
+    try:
+        info = os.statvfs("/dev/shm")
+    except OSError as error:
+        return "none (" + type(error).__name__ + ")"
+    return "%d MB" % (info.f_blocks * info.f_frsize // 2**20)
+
+
 def _limit(name):
     soft, _ = resource.getrlimit(getattr(resource, name))
     return "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
@@ -59,6 +89,12 @@ def moco_warmup():
     report["processes visible"] = str(sum(1 for p in os.listdir("/proc") if p.isdigit()))
     report["top of the file system"] = " ".join(sorted(os.listdir("/")))
     report["network"] = _network()
+    report["device nodes"] = _devices()
+    report["/dev/shm"] = _shared_memory()
+    try:
+        report["terminals (/dev/pts)"] = " ".join(sorted(os.listdir("/dev/pts"))) or "none"
+    except OSError as error:
+        report["terminals (/dev/pts)"] = "none (" + type(error).__name__ + ")"
     for name in ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_CORE"):
         report[name] = _limit(name)
     for label, path in paths.items():
@@ -81,7 +117,7 @@ def explain_isolation(isolation: str | None = None) -> dict:
     """What the probe submission reported from inside the sandbox, and the isolation mode."""
     from moco_ref.probe.options import GradeOptions
     from moco_ref.run.pipeline import observe_sandboxed
-    from moco_ref.sandbox.client import isolation_description
+    from moco_ref.sandbox.client import current_zygote, isolation_description
 
     project = str(Path(__file__).resolve().parents[2])
     with tempfile.TemporaryDirectory(prefix="moco-ref-doctor-") as folder:
@@ -94,7 +130,8 @@ def explain_isolation(isolation: str | None = None) -> dict:
                                    isolation=isolation)
     warmup = record.get("observations", {}).get("moco_warmup", {})
     inside = ((warmup.get("result") or {}).get("doctor")) if isinstance(warmup, dict) else None
-    return {"isolation": isolation_description(isolation), "inside": inside,
+    return {"isolation": isolation_description(isolation),
+            "host uid": current_zygote(isolation=isolation).host_user(), "inside": inside,
             "problem": None if inside else (record.get("traceback") or str(warmup)[:2000])}
 
 
@@ -113,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(found, indent=2))
         return 0 if found["inside"] else 1
     print(f"isolation: {found['isolation']}")
+    print(f"host uid of the submission's processes: {found['host uid']}")
     if not found["inside"]:
         print(f"the probe submission could not report: {found['problem']}")
         return 1

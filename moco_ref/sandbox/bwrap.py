@@ -11,23 +11,43 @@
   and the judge are simply not in the file system;
 - ``/etc/ld.so.cache`` and small generated ``passwd``, ``group`` and ``hosts`` files;
 
-plus a new ``/proc`` and a minimal ``/dev``, and a ``tmpfs`` on ``/tmp``; the root and ``/dev``
-are then made read-only (they are shared by every job of the sandbox). Never the class
+plus a new ``/proc`` and a minimal ``/dev`` (bwrap binds the host's ``null``, ``zero``, ``full``,
+``random``, ``urandom`` and ``tty`` nodes there; the zygote makes them read-only mounts,
+``jobspace.seal_devices``, and gives each job its own ``/dev/shm`` and ``/dev/pts``), and a
+``tmpfs`` on ``/tmp``; the root and ``/dev`` are then made read-only (they are shared by every
+job of the sandbox). Never the class
 folder, ``--out``, the cache, the home folder, the project checkout or the host's ``/proc``:
 a path the grader uses (``hidden``) that would fall inside a bound folder is covered by an
 empty ``tmpfs``. The submission itself arrives over the zygote's control socket, never by
 path (``attempt``).
 
-Namespaces: user (the grading user mapped to uid 0 of the sandbox, no power outside it),
-PID, network (loopback only), IPC, UTS and cgroup where the kernel has it. The environment
-is cleared and set anew. bwrap dies with the grader (``--die-with-parent``).
+Namespaces: user, PID, network (loopback only), IPC, UTS and cgroup where the kernel has
+it. The environment is cleared and set anew. bwrap dies with the grader
+(``--die-with-parent``).
+
+**The host user.** uid 0 of the sandbox's user namespace is the one host uid the namespace
+maps, and every process of the sandbox is that uid on the host. bwrap makes the namespace as
+the user that runs it, so it must not run as root: then the sandbox's uid 0 would be host root
+(it could change the host's device nodes bound into it, and the kernel does not enforce
+``RLIMIT_NPROC`` for root). When the grader is root, ``host_ids`` picks a uid of
+``HOST_IDS`` for each sandbox (named by no account or group, so owning no file) and
+``launch_command`` starts bwrap through ``launch``, which drops to it first (and, in a mount
+namespace of its own, makes the few paths bwrap binds reachable to it when a folder above
+them — root's home holding the Python installation, the grader's temporary folder — is
+not). When the grader is not root, bwrap runs as the grader's own user. Either way the
+sandbox's files stay readable to it (the Python installation, site-packages, the view) and
+nothing else of the host is bound.
 """
 
 from __future__ import annotations
 
+import grp
+import json
 import os
+import pwd
 import shutil
 import site
+import stat
 import sys
 import sysconfig
 from pathlib import Path
@@ -37,6 +57,8 @@ import moco_ref
 PACKAGE_DIR = Path(moco_ref.__file__).resolve().parent
 VIEW_ROOT = "/opt/moco-ref"
 RELOCATED_TMP = "/opt/host-tmp"
+HOST_IDS = range(61000, 61100)  # the host uids (and gids) sandboxes run as when the grader is root
+LAUNCHER = PACKAGE_DIR / "sandbox" / "launch.py"
 # what runs beside the submission: the package marker, the contract, the observer, the
 # sandbox's own in-process modules
 VIEW_FILES = ("__init__.py", "probe", "observe", "sandbox/__init__.py", "sandbox/zygote.py",
@@ -161,3 +183,116 @@ def command(control_fd: int, etc_folder: str, *, hidden: tuple[str, ...] = (),
     args += ["--", seen_as(sys.executable), "-m", "moco_ref.sandbox.zygote", "--fd",
              str(control_fd)]
     return args
+
+
+# --------------------------------------------------------------------------- the host user
+
+
+class HostUserUnavailable(OSError):
+    """The grader is root and no unprivileged host user can run the sandbox (the message says
+    why)."""
+
+
+def host_ids(taken: set[int] = frozenset()) -> tuple[int, int] | None:
+    """The host uid and gid a new sandbox runs as: ``None`` when the grader is not root (bwrap
+    then runs as the grader's own user, which is already unprivileged, and makes its user
+    namespace as that user); as root, the first of ``HOST_IDS`` not in ``taken`` (another
+    live sandbox's), named by no account or group of this system and mapped in the grader's
+    own user namespace — a uid that owns no file and no process but the sandbox's.
+    ``HostUserUnavailable`` when there is none."""
+    if os.geteuid() != 0:
+        return None
+    uids, gids = _mapped("/proc/self/uid_map"), _mapped("/proc/self/gid_map")
+    for number in HOST_IDS:
+        if number in taken or not (uids(number) and gids(number)):
+            continue
+        try:
+            pwd.getpwuid(number)
+            continue
+        except KeyError:
+            pass
+        try:
+            grp.getgrgid(number)
+            continue
+        except KeyError:
+            pass
+        return number, number
+    raise HostUserUnavailable(
+        0, f"the grader runs as root and none of the host uids {HOST_IDS.start}-"
+           f"{HOST_IDS.stop - 1} is free (unnamed in /etc/passwd and /etc/group, mapped in "
+           "this user namespace) to run the sandbox as")
+
+
+def _mapped(path: str):
+    """Whether an id is mapped in this process's user namespace, from ``path``."""
+    ranges = []
+    try:
+        with open(path) as handle:
+            for line in handle:
+                inside, _, count = (int(field) for field in line.split())
+                ranges.append((inside, inside + count))
+    except (OSError, ValueError):
+        return lambda number: True
+    return lambda number: any(low <= number < high for low, high in ranges)
+
+
+BINDING_OPTIONS = ("--ro-bind", "--bind", "--dev-bind", "--ro-bind-try", "--bind-try",
+                   "--dev-bind-try")
+
+
+def launch_command(args: list[str], uid: int, gid: int) -> list[str]:
+    """The command that runs the bwrap command line ``args`` as host ``uid``/``gid`` (the
+    grader being root): ``python launch.py PLAN -- args`` (see ``launch``). The plan covers
+    every folder on the way to a bound path (or to bwrap itself) that the uid may not pass
+    — root's home, say, holding the Python installation, or the grader's own temporary
+    folder holding the generated ``/etc`` files — with an empty tmpfs in the launcher's own
+    mount namespace, and binds back there only those paths. A bound path that the uid may
+    not read itself raises ``HostUserUnavailable``: the sandbox could not use it."""
+    sources = [args[0]]
+    for index, option in enumerate(args[:-2]):
+        if option == "--":
+            break
+        if option in BINDING_OPTIONS:
+            sources.append(args[index + 1])
+    cover, reveal = set(), []
+    for path in {way for source in sources
+                 for way in (os.path.abspath(source), os.path.realpath(source))}:
+        if not os.path.exists(path):
+            continue
+        blocked = _first_closed_folder(path, uid, gid)
+        if blocked:
+            cover.add(blocked)
+            reveal.append(path)
+        info = os.stat(path)
+        program = path in (os.path.abspath(args[0]), os.path.realpath(args[0]))
+        wanted = 0o5 if program or stat.S_ISDIR(info.st_mode) else 0o4
+        if not _allows(info, uid, gid, wanted):
+            raise HostUserUnavailable(
+                0, f"{path} is not {'executable' if program else 'readable'} by the "
+                   f"sandbox's host uid {uid}: the sandbox needs it (make it readable by all "
+                   "users, or run the grader as a user who can read it)")
+    plan = {"uid": uid, "gid": gid, "cover": sorted(cover), "reveal": sorted(set(reveal))}
+    return [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(plan), "--", *args]
+
+
+def _allows(info: os.stat_result, uid: int, gid: int, wanted: int) -> bool:
+    """Whether the owner, group or other bits of ``info`` give ``wanted`` (rwx as 0o7) to
+    ``uid``/``gid`` with no supplementary groups."""
+    if info.st_uid == uid:
+        bits = info.st_mode >> 6
+    elif info.st_gid == gid:
+        bits = info.st_mode >> 3
+    else:
+        bits = info.st_mode
+    return bits & wanted == wanted
+
+
+def _first_closed_folder(path: str, uid: int, gid: int) -> str | None:
+    """The outermost folder above ``path`` that ``uid`` may not pass (no search permission),
+    or None."""
+    parts = Path(path).parts
+    for depth in range(2, len(parts)):  # "/" itself is always passable
+        folder = os.path.join(*parts[:depth])
+        if not _allows(os.stat(folder), uid, gid, 0o1):
+            return folder
+    return None

@@ -95,15 +95,23 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._scratch = tempfile.mkdtemp(prefix="moco-ref-zygote-")
         self.sandboxed = sandboxed
+        self.host_ids: tuple[int, int] | None = None  # (uid, gid) it runs as, the grader root
         argv = [sys.executable, "-m", "moco_ref.sandbox.zygote", "--fd", str(theirs.fileno())]
         try:
             if sandboxed:
                 argv = bwrap.command(theirs.fileno(), os.path.join(self._scratch, "etc"),
                                      hidden=_grader_paths(), reference=reference)
                 argv.append("--sandboxed")
-        except FileNotFoundError as exc:
+                with _HOST_IDS_LOCK:  # an unprivileged host user of its own, when root
+                    self.host_ids = bwrap.host_ids(set(_HOST_IDS_TAKEN))
+                    if self.host_ids is not None:
+                        _HOST_IDS_TAKEN.add(self.host_ids[0])
+                if self.host_ids is not None:
+                    argv = bwrap.launch_command(argv, *self.host_ids)
+        except OSError as exc:  # no bwrap, or no unprivileged host user to run it as
             theirs.close()
             ours.close()
+            self._release_host_ids()
             shutil.rmtree(self._scratch, ignore_errors=True)
             raise IsolationUnavailable(str(exc)) from None
         try:
@@ -247,10 +255,38 @@ class Zygote:
         if self.process.stderr is not None:
             self._stderr.finish(timeout=1.0)
             self.process.stderr.close()
+        self._release_host_ids()
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+    @property
+    def host_uid(self) -> int:
+        """The host uid its jobs run as (the grader's own when the grader is not root)."""
+        return self.host_ids[0] if self.host_ids else os.getuid()
+
+    def host_user(self) -> str:
+        """The host user its jobs run as, in words, as the host sees the sandbox's processes
+        (their uids and their user namespace's mapping)."""
+        if not self.sandboxed:
+            return f"{os.getuid()} (the grader's own: no sandbox)"
+        self.hello  # noqa: B018 - the sandbox is up
+        seen = procs.host_identity(self.process.pid)
+        if seen is None:
+            return f"{self.host_uid} (the sandbox's processes could not be read)"
+        uids, mapping = seen
+        owner = ("an unprivileged uid of its own, named by no account" if self.host_ids else
+                 "the grader's own, which is not root and cannot choose another")
+        return (f"{'/'.join(map(str, sorted(set(uids))))} ({owner}; the sandbox's user "
+                f"namespace maps {mapping})")
+
+    def _release_host_ids(self) -> None:
+        with _HOST_IDS_LOCK:
+            if self.host_ids is not None:
+                _HOST_IDS_TAKEN.discard(self.host_ids[0])
 
 
 _ZYGOTES: dict[tuple, Zygote] = {}
+_HOST_IDS_TAKEN: set[int] = set()  # host uids of this process's live sandboxes
+_HOST_IDS_LOCK = threading.Lock()
 _ZYGOTES_LOCK = threading.Lock()
 MAX_ZYGOTES = 3  # e.g. the real harness, a test stand-in, a pytester run
 

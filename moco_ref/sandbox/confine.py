@@ -4,9 +4,12 @@ set ``no_new_privs`` and install the seccomp filter. Nothing here can be undone 
 process afterwards.
 
 - **user**: a user namespace of its own, in which it is uid/gid ``UNPRIVILEGED`` (65534,
-  "nobody") mapped onto the sandbox's one user. Its mounts, network, IPC and PID namespaces
-  stay owned by the sandbox's user namespace, so whatever it holds in its own namespace gives
-  it no power over them: the read-only mounts stay read-only.
+  "nobody") mapped onto the sandbox's one user — itself an unprivileged host uid (``bwrap``),
+  so nothing of the host's it can name (a device node, say) is its own. Its mounts, network,
+  IPC and PID namespaces stay owned by the sandbox's user namespace, so whatever it holds in
+  its own namespace gives it no power over them: the read-only mounts stay read-only. The
+  kernel counts its processes and threads in this namespace, apart from every other job's
+  (``zygote._worker`` sets ``RLIMIT_NPROC`` once it exists).
 - **capabilities**: the bounding, ambient, inheritable, permitted and effective sets emptied.
 - **seccomp**: ``seccomp.install`` (it sets ``no_new_privs`` first).
 """

@@ -1,19 +1,24 @@
 """One job's own namespaces inside the bubblewrap sandbox the zygote lives in (``bwrap``).
 
-The zygote is uid 0 of the sandbox's user namespace (which maps it onto the grading user,
-with no power outside). For each job its supervisor calls ``enter()``, which gives the job
-new mount, PID, network, IPC and UTS namespaces, all owned by that same user namespace:
+The zygote is uid 0 of the sandbox's user namespace (which maps it onto one unprivileged
+host user, with no power outside). For each job its supervisor calls ``enter()``, which gives
+the job new mount, PID, network, IPC and UTS namespaces, all owned by that same user
+namespace:
 
 - **mount**: a private copy of the sandbox's file system view (read-only everywhere, as
-  bwrap bound it) with a fresh ``tmpfs`` on ``/tmp`` — the job's scratch, where its
-  submission is unpacked and its working directory and ``TMPDIR`` lie — and one on
-  ``/dev/shm``. No other job's scratch is visible;
+  bwrap bound it, and the device nodes too: ``seal_devices``) with a fresh ``tmpfs`` on
+  ``/tmp`` — the job's scratch, where its submission is unpacked and its working directory
+  and ``TMPDIR`` lie, no larger than the job's memory budget — a small one on ``/dev/shm``,
+  and a ``devpts`` instance of its own on ``/dev/pts`` (no other job's terminals). No other
+  job's scratch is visible; what the job keeps in its tmpfs counts against its memory
+  (``zygote.JobWatch``);
 - **PID**: the supervisor's next child is pid 1 of the job (``init``); it mounts a fresh
   ``/proc`` (``fresh_proc``) that shows the job's processes only, and when it dies the
   kernel kills the rest of the namespace;
 - **network**: a loopback interface of its own, no route out (path-based UNIX sockets of
   the host are not in the file system view either);
-- **IPC**, **UTS**: nothing shared with other jobs; the host name is ``HOSTNAME``.
+- **IPC**, **UTS**: nothing shared with other jobs (System V shared memory the job leaves
+  behind counts against its memory too); the host name is ``HOSTNAME``.
 
 The submission's process then leaves this user namespace for one of its own
 (``confine``), so the mounts above stay out of its reach.
@@ -34,10 +39,16 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_NOATIME = 0x400
+MS_NODIRATIME = 0x800
+MS_BIND = 0x1000
 MS_REC = 0x4000
+MS_RELATIME = 1 << 21
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 
@@ -47,21 +58,60 @@ IFF_UP = 0x1
 
 HOSTNAME = b"moco-ref"
 SCRATCH = "/tmp"
+SHARED_MEMORY = "/dev/shm"
+SHARED_MEMORY_MB = 64  # POSIX semaphores and small shared buffers (multiprocessing)
+TERMINALS = "/dev/pts"
+DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty")  # what bwrap's --dev binds
+_MOUNT_FLAGS = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+                (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME),
+                (os.ST_RELATIME, MS_RELATIME))
 
 
-def enter(*, scratch_mb: int) -> None:
+def seal_devices() -> list[str]:
+    """Make the device nodes bwrap bound from the host (``/dev/null``, ``/dev/full``, …)
+    read-only mounts: writing to a device still works, but its inode — the host's — cannot
+    be changed (``chmod``/``chown``/``utime`` answer ``EROFS``) by anyone in the sandbox, its
+    owner or not. Called once by the zygote, before any job; every job's mount namespace is
+    a copy. Returns the nodes sealed; raises ``OSError`` when one cannot be."""
+    libc = c_library()
+    sealed = []
+    for name in DEVICE_NODES:
+        path = f"/dev/{name}"
+        if not os.path.exists(path):
+            continue
+        kept = _kept_flags(path)  # flags the kernel locks on a mount from the host
+        check_call(libc.mount(b"none", path.encode(), None,
+                              MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None),
+                   f"remount {path} read-only")
+        if not os.statvfs(path).f_flag & os.ST_RDONLY:
+            raise OSError(0, f"{path} is still writable")
+        sealed.append(path)
+    return sealed
+
+
+def _kept_flags(path: str) -> int:
+    flags = os.statvfs(path).f_flag
+    return sum(mount for vfs, mount in _MOUNT_FLAGS if flags & vfs)
+
+
+def enter(*, scratch_mb: int, shared_memory_mb: int = SHARED_MEMORY_MB) -> None:
     """New mount, PID (for the children), network, IPC and UTS namespaces for this
-    single-threaded process, with a ``scratch_mb`` tmpfs on ``SCRATCH``."""
+    single-threaded process, with a ``scratch_mb`` tmpfs on ``SCRATCH``, a
+    ``shared_memory_mb`` one on ``SHARED_MEMORY`` and a new devpts on ``TERMINALS``."""
     libc = c_library()
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
     check_call(libc.unshare(flags), "unshare")
     check_call(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
-    options = f"size={int(scratch_mb)}m,mode=1777".encode()
-    check_call(libc.mount(b"tmpfs", SCRATCH.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
-           "mount the scratch")
-    if os.path.isdir("/dev/shm"):  # POSIX semaphores (multiprocessing) need it writable
-        check_call(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, options),
-               "mount /dev/shm")
+    for folder, size in ((SCRATCH, scratch_mb), (SHARED_MEMORY, shared_memory_mb)):
+        if folder == SHARED_MEMORY and not os.path.isdir(folder):
+            continue  # POSIX semaphores (multiprocessing) need it, where it is
+        options = f"size={max(1, int(size))}m,mode=1777".encode()
+        check_call(libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                              options), f"mount {folder}")
+    if os.path.isdir(TERMINALS):  # the sandbox's devpts would be shared by every job
+        check_call(libc.mount(b"devpts", TERMINALS.encode(), b"devpts", MS_NOSUID | MS_NOEXEC,
+                              b"newinstance,ptmxmode=0666,mode=0620"),
+                   f"mount {TERMINALS}")
     check_call(libc.sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
     try:
         _loopback_up()
@@ -91,3 +141,29 @@ def _loopback_up() -> None:
         request = struct.pack("16sH14s", b"lo", 0, b"\0" * 14)
         flags = struct.unpack("16sH14s", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b"\0" * 14))
+
+
+def held_bytes() -> int:
+    """What the job keeps in memory outside its processes' address spaces, as seen from its
+    supervisor (which is in its mount and IPC namespaces): the bytes used in its tmpfs
+    (``SCRATCH``, ``SHARED_MEMORY`` — files there are memory, deleted ones still open too)
+    and in System V shared memory segments no process has attached (an attached one is in
+    its processes' proportional set sizes)."""
+    total = 0
+    for folder in (SCRATCH, SHARED_MEMORY):
+        try:
+            info = os.statvfs(folder)
+        except OSError:
+            continue
+        total += (info.f_blocks - info.f_bfree) * info.f_frsize
+    try:
+        with open("/proc/sysvipc/shm") as handle:
+            header = handle.readline().split()
+            attached, rss = header.index("nattch"), header.index("rss")
+            for line in handle:
+                fields = line.split()
+                if len(fields) > max(attached, rss) and fields[attached] == "0":
+                    total += int(fields[rss])
+    except (OSError, ValueError):
+        pass
+    return total

@@ -43,6 +43,7 @@ class ProcessInfo:
     state: str  # "R", "S", "Z" (zombie), …
     start: int  # clock ticks after boot: (pid, start) names a process even if pids are reused
     cpu_ticks: int = 0  # user + system time, its own and its reaped children's
+    threads: int = 1  # its threads (tasks), itself included
 
     @property
     def alive(self) -> bool:
@@ -64,7 +65,8 @@ def read_info(pid: int) -> ProcessInfo | None:
     fields = raw[raw.rfind(")") + 2 :].split()
     try:
         return ProcessInfo(pid, int(fields[1]), int(fields[2]), int(fields[3]), fields[0],
-                           int(fields[19]), sum(int(value) for value in fields[11:15]))
+                           int(fields[19]), sum(int(value) for value in fields[11:15]),
+                           int(fields[17]))
     except (IndexError, ValueError):
         return None
 
@@ -194,3 +196,25 @@ def prctl(option: int, value: int) -> bool:
 def alive(pid: int) -> bool:
     info = read_info(pid)
     return info is not None and info.alive
+
+
+def host_identity(root: int) -> tuple[list[int], str] | None:
+    """``([real, effective, saved, file system uid], uid_map)`` of the first process at or
+    below ``root`` that lives in a user namespace other than this process's — e.g. bwrap's
+    sandbox below the bwrap process — as seen from here; None when there is none."""
+    try:
+        ours = os.readlink(f"{PROC}/self/ns/user")
+    except OSError:
+        return None
+    for pid in [root, *sorted(descendants([root]))]:
+        try:
+            if os.readlink(f"{PROC}/{pid}/ns/user") == ours:
+                continue
+            with open(f"{PROC}/{pid}/status") as handle:
+                uids = next(line for line in handle if line.startswith("Uid:"))
+            with open(f"{PROC}/{pid}/uid_map") as handle:
+                mapping = "; ".join(" ".join(line.split()) for line in handle if line.strip())
+        except (OSError, StopIteration):
+            continue
+        return [int(field) for field in uids.split()[1:]], mapping
+    return None

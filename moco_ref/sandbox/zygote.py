@@ -10,9 +10,10 @@ job. Nothing a job does can reach the zygote's state — each job is its own cop
 process, discarded at the end — so a submission still gets a fresh process.
 
 With ``--sandboxed`` the zygote runs inside the bwrap sandbox (``bwrap``) as uid 0 of the
-sandbox's user namespace. Per job (``spawn`` on the control socket, with the job's stdout,
-stderr and observation-channel pipe ends — and, sandboxed, the submission as a tar stream —
-passed as file descriptors) the processes are::
+sandbox's user namespace — an unprivileged uid on the host (``launch``) — and first makes
+the device nodes bwrap bound read-only (``jobspace.seal_devices``). Per job (``spawn`` on
+the control socket, with the job's stdout, stderr and observation-channel pipe ends — and,
+sandboxed, the submission as a tar stream — passed as file descriptors) the processes are::
 
     zygote ─ supervisor (own session, child subreaper, JobWatch)
                └ [init, pid 1 of the job's PID namespace, when sandboxed]
@@ -20,17 +21,23 @@ passed as file descriptors) the processes are::
                       then the submission and the observer
 
 - The **supervisor** enters the job's namespaces (``jobspace.enter``: mount with a tmpfs
-  scratch, PID, network, IPC, UTS) when sandboxed, forks, and watches the job's memory and
-  CPU over all its processes until the worker ends, it is told to stop (SIGTERM, sent by the
-  zygote on the grader's ``signal`` request: the sandbox's pids mean nothing outside), or a
-  limit is passed. It then kills everything left of the job (``procs``) and reports the
-  worker's exit status and any limit on the channel (``EXIT`` frame).
+  scratch, a small /dev/shm and a devpts of its own, PID, network, IPC, UTS) when
+  sandboxed, forks, and watches the job's memory (its processes', the memory files they
+  hold and its tmpfs), its processes and threads and its CPU (``JobWatch``) until the
+  worker ends, it is told to stop (SIGTERM, sent by the zygote on the grader's ``signal``
+  request: the sandbox's pids mean nothing outside), or a limit is passed. It then kills
+  everything left of the job (``procs``) and reports the worker's exit status and any limit
+  on the channel (``EXIT`` frame).
 - The **init** mounts a ``/proc`` of the job's own (``jobspace.fresh_proc``), reaps orphans
   and exits when the worker exits, which makes the kernel kill the rest of the namespace; it
   dies with the supervisor (``PR_SET_PDEATHSIG``).
-- The **worker** unpacks the submission, sets its limits, confines itself (``confine``: its
-  own user namespace as uid 65534, no capabilities, no_new_privs, seccomp) and runs
-  ``worker.run_job``.
+- The **worker** unpacks the submission, confines itself (``confine``: its own user
+  namespace as uid 65534, no capabilities, no_new_privs, seccomp), sets its limits and runs
+  ``worker.run_job``. ``RLIMIT_NPROC`` is set once its user namespace exists: the kernel
+  then counts the processes and threads of that namespace — of this job alone — against it
+  (it would not for a job whose host uid is root), while the namespace's own ceiling, taken
+  from the limit in force when it was made, stays the zygote's: one job's threads do not
+  count against another's.
 
 The zygote is a child subreaper too: a process whose supervisor was killed is re-parented to
 it, and any child of the zygote that is not a live supervisor is killed with its descendants.
@@ -67,13 +74,13 @@ MAX_MESSAGE = 1 << 16
 CHANNEL_FD = 3  # where the worker finds its observation channel
 BUNDLE_FD = 4  # where a sandboxed job's worker finds its submission (a tar stream)
 MAX_FILE_BYTES = 2**30
-SCRATCH_MB = 1024  # the job's tmpfs
+SCRATCH_MB = 1024  # the job's tmpfs (never more than its memory budget)
 WATCH_SECONDS = 0.1  # how often the job's memory and CPU are added up
 ADDRESS_SPACE_HEADROOM_MB = 4096  # torch alone maps ~3.4 GB of address space per process
 MAX_PROCESSES = 256  # threads and processes of the job's user (one user namespace per job)
 SANDBOXED = ("bwrap: user, PID, network, IPC, UTS and mount namespaces; uid 65534 with no "
-             "capabilities; no_new_privs; seccomp filter; read-only file system but a "
-             "private scratch")
+             "capabilities, an unprivileged uid on the host too; no_new_privs; seccomp "
+             "filter; read-only file system and device nodes but a private scratch")
 
 
 # --------------------------------------------------------------------------- messages
@@ -204,7 +211,8 @@ def serve(control_fd: int, sandboxed: bool = False) -> int:
     sys.path[:] = [entry for entry in sys.path if entry not in ("", os.getcwd())]
     started = time.monotonic()
     preload = _preload()
-    isolation, isolation_error = _probe_isolation(sandboxed)
+    sealing = _seal_devices() if sandboxed else ""
+    isolation, isolation_error = ("", sealing) if sealing else _probe_isolation(sandboxed)
     subreaper = procs.prctl(procs.PR_SET_CHILD_SUBREAPER, 1)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -262,6 +270,17 @@ def serve(control_fd: int, sandboxed: bool = False) -> int:
         procs.kill_until_gone(lambda: procs.descendants([os.getpid()]), deadline_seconds=5)
         procs.reap_children()
     return 0
+
+
+def _seal_devices() -> str:
+    """``""``, or why the device nodes could not be made read-only (no job may then run)."""
+    from moco_ref.sandbox import jobspace
+
+    try:
+        jobspace.seal_devices()
+    except OSError as exc:
+        return f"the device nodes could not be made read-only ({exc})"
+    return ""
 
 
 def _signal_job(jobs: dict[int, str], job: str, number: int) -> None:
@@ -360,11 +379,17 @@ def _supervise(request: dict, fds: list[int]) -> int:
     _install_fds(fds)
     writer = FrameWriter(CHANNEL_FD, bytes.fromhex(request["nonce"]))
     isolation, note = "processes", ""
+    budget = request.get("memory_mb")
+    budget = int(budget) if budget and int(budget) > 0 else None
+    held = None
     if request.get("sandboxed"):
         from moco_ref.sandbox import jobspace
 
         try:
-            jobspace.enter(scratch_mb=SCRATCH_MB)
+            jobspace.enter(scratch_mb=min(SCRATCH_MB, budget or SCRATCH_MB),
+                           shared_memory_mb=min(jobspace.SHARED_MEMORY_MB,
+                                                budget or jobspace.SHARED_MEMORY_MB))
+            held = jobspace.held_bytes
         except OSError as exc:  # the grader refuses a job without it: say why
             writer.send(EXIT, {"status": None, "isolation": "", "note": f"the job's "
                                f"namespaces could not be made ({exc})", "stopped": False,
@@ -395,8 +420,10 @@ def _supervise(request: dict, fds: list[int]) -> int:
         os._exit(70)  # not reached
     os.close(alive_r)
     os.close(status_w)
+    _close(BUNDLE_FD)  # the job's init has it for the worker
     status, stopped, raw = None, False, None
-    watch = JobWatch(os.getpid(), request.get("memory_mb"), request.get("cpu_seconds"))
+    watch = JobWatch(os.getpid(), request.get("memory_mb"), request.get("cpu_seconds"),
+                     held=held, not_counted={child} if in_namespace else set())
     while raw is None and not watch.exceeded:
         taken = signal.sigtimedwait(waited, WATCH_SECONDS)
         if taken is not None and taken.si_signo == signal.SIGTERM:
@@ -423,6 +450,7 @@ def _supervise(request: dict, fds: list[int]) -> int:
         writer.send(EXIT, {"status": status, "isolation": isolation, "note": note,
                            "stopped": stopped, "swept": swept, "limit": watch.exceeded,
                            "peak_rss_mb": round(watch.peak_rss / 2**20, 1),
+                           "peak_tasks": watch.peak_tasks,
                            "cpu_seconds": round(watch.cpu, 2)})
     except OSError:
         pass
@@ -430,19 +458,33 @@ def _supervise(request: dict, fds: list[int]) -> int:
 
 
 class JobWatch:
-    """The job's limits across all its processes: their memory together (proportional set
-    sizes, so pages shared with the zygote or between forks count once), and the CPU time
-    they have used (their own and their reaped children's). ``check`` is called every
-    ``WATCH_SECONDS``; when a limit is passed the job is over (``exceeded`` says why).
-    Per-process rlimits (address space, CPU, processes) stand behind it between checks.
-    (No cgroup: the machines this runs on give the grader none it may create.)"""
+    """The job's limits across all its processes: their memory together, its processes and
+    threads, and the CPU time they have used (their own and their reaped children's).
+    ``check`` is called every ``WATCH_SECONDS``; when a limit is passed the job is over
+    (``exceeded`` says why). Per-process rlimits (address space, CPU, processes) stand behind
+    it between checks. (No cgroup: the machines this runs on give the grader none it may
+    create.)
 
-    def __init__(self, supervisor: int, memory_mb: int | None, cpu_seconds: float | None):
+    Memory is what the job would free by ending: its processes' proportional set sizes (pages
+    shared with the zygote or between forks count once), the memory files (``memfd``) they
+    hold open and have not mapped (mapped ones are in those sizes), and ``held()`` — for a
+    sandboxed job, its tmpfs and unattached System V segments (``jobspace.held_bytes``). A
+    memory file both open and mapped in different processes may count twice: the sum errs
+    high, never low. Processes and threads are counted over the job's processes but
+    ``not_counted`` (the job's init)."""
+
+    def __init__(self, supervisor: int, memory_mb: int | None, cpu_seconds: float | None, *,
+                 held=None, not_counted: set[int] = frozenset(),
+                 max_tasks: int = MAX_PROCESSES):
         self.supervisor = supervisor
         self.memory = int(memory_mb) * 2**20 if memory_mb else None
         self.cpu_limit = float(cpu_seconds) if cpu_seconds else None
+        self.held = held
+        self.not_counted = set(not_counted)
+        self.max_tasks = max_tasks
         self.exceeded = ""
         self.peak_rss = 0
+        self.peak_tasks = 0
         self.cpu = 0.0
         self._tick = os.sysconf("SC_CLK_TCK")
         self._page = os.sysconf("SC_PAGE_SIZE")
@@ -465,22 +507,81 @@ class JobWatch:
         except (OSError, ValueError, IndexError):
             return 0
 
+    @staticmethod
+    def memory_files(members, *, unmapped_only: bool = False) -> int:
+        """The bytes allocated to the distinct memory files (``memfd``) ``members`` hold open;
+        with ``unmapped_only``, of those none of them maps (a mapping's pages are in its
+        proportional set size)."""
+        files: dict[tuple[int, int], int] = {}
+        for pid in members:
+            folder = f"/proc/{pid}/fd"
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                try:
+                    if not os.readlink(f"{folder}/{name}").startswith("/memfd:"):
+                        continue
+                    info = os.stat(f"{folder}/{name}")
+                except OSError:
+                    continue
+                files[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+        if unmapped_only and files:
+            for pid in members:
+                for key in _mapped_memory_files(pid):
+                    files.pop(key, None)
+        return sum(files.values())
+
     def check(self) -> None:
         table = procs.all_processes()  # one read of every /proc/PID/stat per check
         members = procs.descendants([self.supervisor], table)
         cpu = sum(table[pid].cpu_ticks for pid in members) / self._tick
-        memory = sum(self._resident(pid) for pid in members)  # cheap, and never below PSS
+        tasks = sum(table[pid].threads for pid in members if pid not in self.not_counted)
+        outside = self.held() if self.held is not None else 0
+        # cheap, and never below the exact sum: resident sets, every memory file held
+        memory = sum(self._resident(pid) for pid in members) + outside + \
+            self.memory_files(members)
         if self.memory and memory > self.memory:  # only then the exact, costlier sum
-            memory = sum(self._proportional(pid) for pid in members)
+            memory = sum(self._proportional(pid) for pid in members) + outside + \
+                self.memory_files(members, unmapped_only=True)
         self.peak_rss = max(self.peak_rss, memory)
+        self.peak_tasks = max(self.peak_tasks, tasks)
         self.cpu = max(self.cpu, cpu)
         if self.memory and memory > self.memory:
             # no measured figures in the words: the same submission, the same report
             self.exceeded = ("memory: the job's processes held more than its "
-                             f"{self.memory / 2**20:.0f} MB together (--memory-mb)")
+                             f"{self.memory / 2**20:.0f} MB together (--memory-mb; memory "
+                             "files, its scratch and /dev/shm count)")
+        elif tasks > self.max_tasks:
+            self.exceeded = ("processes: the job ran more than its "
+                             f"{self.max_tasks} processes and threads together")
         elif self.cpu_limit and cpu > self.cpu_limit:
             self.exceeded = ("CPU time: the job's processes used more than its "
                              f"{self.cpu_limit:.0f} s of CPU (twice --timeout)")
+
+
+def _mapped_memory_files(pid: int) -> set[tuple[int, int]]:
+    """``(st_dev, st_ino)`` of the memory files ``pid`` maps (from ``/proc/PID/maps``)."""
+    found = set()
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as handle:
+            for line in handle:
+                if b"/memfd:" not in line:
+                    continue
+                fields = line.split()
+                major, minor = (int(part, 16) for part in fields[3].split(b":"))
+                found.add((os.makedev(major, minor), int(fields[4])))
+    except (OSError, ValueError, IndexError):
+        pass
+    return found
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _namespace_init(request: dict, alive_r: int, status_w: int) -> None:
@@ -499,6 +600,7 @@ def _namespace_init(request: dict, alive_r: int, status_w: int) -> None:
         os.close(status_w)
         _worker(request)
         os._exit(70)
+    _close(BUNDLE_FD)  # the worker's now
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -524,13 +626,14 @@ def _worker(request: dict) -> None:
     os.makedirs(os.path.join(scratch, "work"), exist_ok=True)
     if request.get("sandboxed"):
         _unpack(BUNDLE_FD, os.path.join(scratch, "submission"))
-        resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
         cpu = request.get("cpu_seconds")
         if cpu:
             resource.setrlimit(resource.RLIMIT_CPU, (int(cpu), int(cpu) + 5))
         from moco_ref.sandbox import confine
 
         confine.confine()  # uid 65534, no capabilities, no_new_privs, the seccomp filter
+        # after: counted in the job's own user namespace, under the zygote's ceiling
+        resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
     os.environ["TMPDIR"] = temporary
     import tempfile
 
@@ -563,13 +666,13 @@ def _probe_isolation(sandboxed: bool) -> tuple[str, str]:
         try:
             from moco_ref.sandbox import confine, jobspace
 
-            jobspace.enter(scratch_mb=16)
+            jobspace.enter(scratch_mb=16, shared_memory_mb=1)
             child = os.fork()
             if child == 0:
                 try:
                     jobspace.fresh_proc()
                     confine.confine()
-                    os.write(write_end, b"ok:")
+                    os.write(write_end, _devices_refused())
                 except BaseException as exc:  # noqa: BLE001
                     os.write(write_end, f"no:{type(exc).__name__}: {exc}".encode()[:500])
                 os._exit(0)
@@ -586,6 +689,21 @@ def _probe_isolation(sandboxed: bool) -> tuple[str, str]:
     if message.startswith("ok:"):
         return SANDBOXED, ""
     return "", message.split(":", 1)[-1] or "the probe job died"
+
+
+def _devices_refused() -> bytes:
+    """``b"ok:"`` when a confined process cannot change a device node (a chmod to the mode it
+    has already: a no-op where it is allowed)."""
+    from moco_ref.sandbox import jobspace
+
+    for name in jobspace.DEVICE_NODES:
+        path = f"/dev/{name}"
+        try:
+            os.chmod(path, os.stat(path).st_mode & 0o7777)
+        except OSError:
+            continue  # refused, as it must be (or not there)
+        return f"no:a job could change {path}".encode()
+    return b"ok:"
 
 
 def main(argv: list[str] | None = None) -> int:

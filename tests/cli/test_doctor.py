@@ -7,10 +7,11 @@ import os
 import re
 
 from moco_ref.cli import main
-from moco_ref.sandbox import client
+from moco_ref.sandbox import bwrap, client
 
 KEYS = {"uid", "gid", "cwd", "CapEff", "CapBnd", "NoNewPrivs", "Seccomp", "processes visible",
-        "network", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_CORE"}
+        "network", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_CORE",
+        "device nodes", "/dev/shm", "terminals (/dev/pts)"}
 
 
 def test_doctor_reports_from_inside_the_sandbox(capsys):
@@ -36,6 +37,17 @@ def test_doctor_reports_from_inside_the_sandbox(capsys):
         assert inside[f"read {place}"] == "no (FileNotFoundError)", place
     assert inside["read project"] in ("yes (1 entries)", "no (FileNotFoundError)")  # a .venv
     assert "mount_setattr" in found["seccomp refuses"]
+    # the host's device nodes cannot be changed; its own small /dev/shm, no one else's ptys
+    assert inside["device nodes"].startswith("read-only (chmod and chown refused"), inside
+    assert inside["/dev/shm"] == "64 MB" and inside["terminals (/dev/pts)"] == "ptmx"
+    # an unprivileged host uid: one of its own when the grader is root, else the grader's
+    host = found["host uid"]
+    uid = int(host.split()[0])
+    if os.geteuid() == 0:
+        assert uid in bwrap.HOST_IDS and "named by no account" in host, host
+    else:
+        assert uid == os.getuid() and "the grader's own" in host, host
+    assert f"maps 0 {uid} 1" in host, host
 
 
 def test_doctor_in_processes_mode_runs_as_the_grader(monkeypatch, capsys):
@@ -44,3 +56,4 @@ def test_doctor_in_processes_mode_runs_as_the_grader(monkeypatch, capsys):
     text = capsys.readouterr().out
     assert text.startswith("isolation: processes")
     assert re.search(rf"^  uid +{os.getuid()}$", text, re.MULTILINE), text
+    assert f"host uid of the submission's processes: {os.getuid()} (the grader's own" in text

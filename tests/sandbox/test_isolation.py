@@ -28,7 +28,9 @@ def no_zygotes(monkeypatch):
 def _fake_bwrap(tmp_path, message: str) -> str:
     path = tmp_path / "bwrap"
     path.write_text(f"#!/bin/sh\necho '{message}' >&2\nexit 1\n")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    # run by the sandbox's own host user when the grader is root: readable by all
+    path.chmod(path.stat().st_mode | stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP
+               | stat.S_IROTH | stat.S_IXOTH)
     return str(path)
 
 
