@@ -17,6 +17,7 @@ import signal
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,11 +208,47 @@ class Attempt:
             os.WTERMSIG(status) == signal.SIGKILL
 
 
+class CpuShares:
+    """A fair CPU share for concurrent jobs: while no more jobs run than there are CPUs, each
+    job (and every process and thread it starts, which inherit it) runs on a CPU of its own,
+    so a job that spawns threads slows only itself, never a classmate graded beside it.
+    Beyond that many jobs a job is not pinned (the scheduler shares the CPUs)."""
+
+    def __init__(self, cpus=None) -> None:
+        self.cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+        self._taken: set[int] = set()
+        self._lock = threading.Lock()
+
+    def take(self) -> int | None:
+        with self._lock:
+            free = [cpu for cpu in self.cpus if cpu not in self._taken]
+            if not free:
+                return None
+            self._taken.add(free[0])
+            return free[0]
+
+    def give_back(self, cpu: int | None) -> None:
+        with self._lock:
+            self._taken.discard(cpu)
+
+
+CPU_SHARES = CpuShares()
+
+
 def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: float,
                 only_parts: list[str] | None, *, helpers: bool = True) -> Attempt:
     """One process observing ``target`` (``only_parts`` of it). ``helpers``: whether the
     ``.py`` files beside it may be its helper modules (never in a folder shared by several
-    students)."""
+    students). The job gets a CPU of its own while one is free (``CpuShares``)."""
+    cpu = CPU_SHARES.take()
+    try:
+        return _run_attempt(zygote, target, options, deadline, only_parts, helpers, cpu)
+    finally:
+        CPU_SHARES.give_back(cpu)
+
+
+def _run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: float,
+                 only_parts: list[str] | None, helpers: bool, cpu: int | None) -> Attempt:
     sandboxed = zygote.sandboxed
     attempt = Attempt(asked=only_parts)
     token, nonce = secrets.token_hex(16), new_nonce()
@@ -258,6 +295,7 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
             "cpu_seconds": max(1, math.ceil(2 * options.timeout)) if options.timeout else None,
             "sandboxed": sandboxed,
             "parts": only_parts,
+            "cpus": None if cpu is None else [cpu],
         }
         fds = [out_w, err_w, channel_w] + ([bundle] if bundle is not None else [])
         handle = None

@@ -73,6 +73,7 @@ REFUSED_X86_64 = {
     "delete_module": 176, "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163,
     "syslog": 103, "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305,
     "adjtimex": 159, "quotactl": 179, "personality": 135,
+    "sched_setaffinity": 203,  # a job keeps the CPU share it was given (attempt.CpuShares)
 }
 CLONE_X86_64, CLONE3_X86_64, IOCTL_X86_64 = 56, 435, 16
 

@@ -612,7 +612,14 @@ def _namespace_init(request: dict, alive_r: int, status_w: int) -> None:
 
 
 def _worker(request: dict) -> None:
-    """The submission's process: limits, a fresh working directory, then ``run_job``."""
+    """The submission's process: limits, its CPU share, a fresh working directory, then
+    ``run_job``."""
+    cpus = request.get("cpus")
+    if cpus:  # a CPU of its own (attempt.CpuShares): its threads and children inherit it
+        try:
+            os.sched_setaffinity(0, {int(cpu) for cpu in cpus})
+        except (OSError, ValueError):
+            pass  # a CPU the sandbox cannot use: the scheduler shares them
     memory_mb = request.get("memory_mb")
     if memory_mb and memory_mb > 0:  # the job's watch holds the total; this, each process
         limit = (int(memory_mb) + ADDRESS_SPACE_HEADROOM_MB) * 2**20

@@ -119,8 +119,9 @@ def test_the_loss_figure_comes_from_per_step_numbers(graded):
               if r["status"] == "failed"]
     details = failed[0]["details"]
     assert len(details["loss_reference"]) == len(details["loss_submission"]) > 1
-    assert all(s > 10 * r for r, s in zip(details["loss_reference"],
-                                          details["loss_submission"]))  # summed, not averaged
+    # summed, not averaged: each step's loss is its batch size (≥ 10 in any probe) times more
+    assert all(s > 5 * r for r, s in zip(details["loss_reference"],
+                                         details["loss_submission"]))
     mask = next(r for r in report_of(out, "bug_no_mask.py")["results"]
                 if r["check_id"] == "I4-same-source-masked")["details"]
     assert mask["mask_rows"] and len(mask["mask_rows"]) == len(mask["mask_expected"]) <= 8

@@ -215,11 +215,14 @@ def test_ctrl_c_stops_cleanly_and_writes_the_partial_summary(tmp_path, monkeypat
 
 
 @pytest.mark.usefixtures("stubbed")
-def test_a_class_is_graded_with_its_own_probe_kept_beside_its_cache(folder, tmp_path, capsys):
+def test_a_class_is_graded_with_its_own_probe_kept_beside_its_cache(folder, tmp_path, capsys,
+                                                                    monkeypatch):
     """Batch grading draws the probe from the course's secret, made on first use beside the
     cache secret (owner-only) and kept: a rerun meets the same probe (so the cache holds),
     another --probe-secret is another probe (so nothing comes from the cache)."""
     import stat
+
+    monkeypatch.delenv("MOCO_REF_PROBE_SECRET", raising=False)
 
     out = tmp_path / "reports"
     main(["grade", str(folder), "--out", str(out)])

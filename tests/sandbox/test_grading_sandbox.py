@@ -399,3 +399,37 @@ def test_checking_a_record_stops_at_the_grader_s_own_deadline(lab_parts):
     with pytest.raises(GraderOutOfTime):
         validate_part("lab", "train_moco", payload["data"], payload["meta"],
                       GradeOptions(style="lab"), deadline=time.monotonic() - 1)
+
+
+def test_concurrent_jobs_get_a_cpu_each_while_there_are_cpus():
+    """A fair share: each running job its own CPU while one is free, none beyond that; a
+    CPU given back is given again."""
+    from moco_ref.sandbox.attempt import CpuShares
+
+    shares = CpuShares(cpus=[0, 1])
+    first, second, third = shares.take(), shares.take(), shares.take()
+    assert {first, second} == {0, 1} and third is None
+    shares.give_back(first)
+    assert shares.take() == first
+
+
+def test_a_job_runs_on_its_own_cpu_and_cannot_leave_it(tmp_path):
+    """Inside the sandbox the job's affinity is the one CPU it was given, and it cannot widen
+    it (``sched_setaffinity`` is refused by the filter)."""
+    from moco_ref.run.pipeline import observe_sandboxed
+
+    probe = tmp_path / "affinity.py"
+    probe.write_text(
+        "import os\n"
+        "def moco_warmup():\n"
+        "    before = sorted(os.sched_getaffinity(0))\n"
+        "    try:\n"
+        "        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))\n"
+        "        widened = 'yes'\n"
+        "    except OSError as exc:\n"
+        "        widened = type(exc).__name__\n"
+        "    return {'FIFO': before, 'EMA': [], 'temperature_probabilities': {},\n"
+        "            'widened': widened}\n")
+    record = observe_sandboxed(str(probe), GradeOptions(style="lab", timeout=60))
+    result = record["observations"]["moco_warmup"]["result"]
+    assert len(result["FIFO"]) == 1 and result["widened"] == "PermissionError"
