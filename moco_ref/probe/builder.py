@@ -9,14 +9,12 @@ what was recorded.
 
 from __future__ import annotations
 
-import hashlib
-import random
 from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
 
-from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.options import GradeOptions, course_draw
 
 IMAGE_SHAPE = (3, 8, 8)
 WIDTH = 20  # channels of the probe encoder, the input width of its .fc (≠ dim, so a head
@@ -79,8 +77,7 @@ def default_builder_probe(options: GradeOptions) -> BuilderProbe:
     probe = BuilderProbe(T=float(options.temperature), seed=int(options.seed),
                          symmetric=options.variant == "symmetric")
     if options.probe_key:
-        draw = random.Random(hashlib.sha256(
-            f"moco-ref builder probe|{options.probe_key}|{int(options.seed)}".encode()).digest())
+        draw = course_draw("builder", options.probe_key, options.seed)
         batch = draw.choice((6, 8))
         K = batch * draw.randint(5, 7)
         ragged_K = draw.choice([k for k in range(K // 2, K) if k % batch])

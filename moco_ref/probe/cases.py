@@ -11,7 +11,6 @@ submission's process.
 from __future__ import annotations
 
 import hashlib
-import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -22,6 +21,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from torch import nn
+
+from moco_ref.probe.options import course_draw
 
 # --------------------------------------------------------------------------- drawing
 
@@ -132,8 +133,7 @@ def default_lab_probe(seed: int = 0, key: str = "") -> LabProbe:
     middle of a batch, and sources that meet their own older keys."""
     if not key:
         return LabProbe(seed=int(seed))
-    draw = random.Random(hashlib.sha256(f"moco-ref lab probe|{key}|{int(seed)}".encode())
-                         .digest())
+    draw = course_draw("lab", key, seed)
     n_train = draw.randint(130, 175)
     return LabProbe(n_images=draw.randint(4096, 4608), n_train=n_train,
                     epochs=draw.randint(3, 4), seed=draw.randint(0, 2**31 - 1))

@@ -4,6 +4,7 @@ which checks to run. Shared by the observing side, the judging side and the comm
 from __future__ import annotations
 
 import hashlib
+import random
 from dataclasses import asdict, dataclass, field, replace
 
 from moco_ref.probe.styles import STYLE_NAMES as STYLES  # noqa: F401 - what --style accepts
@@ -57,6 +58,13 @@ def probe_key_of(secret: str | bytes) -> str:
     """The probe key a course's secret gives (the secret itself never leaves the grader)."""
     material = secret.encode() if isinstance(secret, str) else bytes(secret)
     return hashlib.sha256(b"moco-ref probe key|" + material).hexdigest()[:32]
+
+
+def course_draw(kind: str, key: str, seed: int) -> random.Random:
+    """The random stream a course's probe of ``kind`` is drawn from: the same for the same
+    key and seed on every machine, unrelated across kinds, keys and seeds."""
+    material = f"moco-ref {kind} probe|{key}|{int(seed)}".encode()
+    return random.Random(hashlib.sha256(material).digest())
 
 
 def family_of(check_id: str) -> str:

@@ -129,11 +129,11 @@ def style_from_source(path: Path) -> str | None:
     return style_of_names(bound_entry_points(path))
 
 
-def styles_bound(path: Path) -> list[str]:
-    """Every style whose own entry points ``path`` binds (more than one: an ambiguous file)."""
-    names = bound_entry_points(path)
+def styles_of(names) -> list[str]:
+    """Every style whose own entry points are among ``names`` (more than one: an ambiguous
+    file)."""
     return [style.name for style in OBSERVED_STYLES.values()
-            if names & set(style.entry_points)]
+            if set(names) & set(style.entry_points)]
 
 
 def module_file(name: str) -> Path | None:

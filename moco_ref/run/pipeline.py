@@ -34,7 +34,8 @@ from moco_ref.probe import lab as _lab_probe  # noqa: F401
 from moco_ref.probe import parts as parts_module
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.parts import Unobserved
-from moco_ref.probe.source import is_module_target, module_file, style_from_source, styles_bound
+from moco_ref.probe.source import bound_entry_points, is_module_target, module_file, styles_of
+from moco_ref.probe.styles import style_of_names
 from moco_ref.sandbox.observation import SandboxRun, observe_in_sandbox
 
 SUBMISSION_LABEL = "(reported by the submission's process)"  # its notes are its own words
@@ -96,8 +97,9 @@ def style_decided(target: str, options: GradeOptions) -> tuple[GradeOptions, str
     one it is graded as. A source that binds none (e.g. a star import) leaves detection to
     the loaded namespace, under the same rule."""
     path = module_file(target) if is_module_target(target) else Path(target)
-    present = styles_bound(path) if path is not None and path.is_file() else []
-    chosen = options.style or (style_from_source(path) if present else None)
+    names = bound_entry_points(path) if path is not None and path.is_file() else set()
+    present = styles_of(names)  # the file is read once
+    chosen = options.style or style_of_names(names)
     if chosen is None:
         return options, ""
     note = ""
