@@ -82,12 +82,20 @@ def _limit(name):
     return "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
 
 
+def _listing(path, shown):
+    try:
+        return shown(os.listdir(path))
+    except OSError as error:
+        return "not readable (" + type(error).__name__ + ")"
+
+
 def moco_warmup():
     paths = PATHS
     report = {"uid": str(os.getuid()), "gid": str(os.getgid()), "cwd": os.getcwd()}
     report.update(_status())
-    report["processes visible"] = str(sum(1 for p in os.listdir("/proc") if p.isdigit()))
-    report["top of the file system"] = " ".join(sorted(os.listdir("/")))
+    report["processes visible"] = _listing(
+        "/proc", lambda names: str(sum(1 for p in names if p.isdigit())))
+    report["top of the file system"] = _listing("/", lambda names: " ".join(sorted(names)))
     report["network"] = _network()
     report["device nodes"] = _devices()
     report["/dev/shm"] = _shared_memory()
@@ -105,11 +113,13 @@ def moco_warmup():
 
 
 def add_parser(subparsers) -> None:
+    from moco_ref.cli.isolation import add_isolation_flag
+
     parser = subparsers.add_parser(
         "doctor", help="what a graded submission's process can see and do here")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--isolation", choices=("bwrap", "processes"), default=None,
-                        help="the isolation to look at (default: the one grading uses)")
+    add_isolation_flag(parser, help_text="the isolation to look at (default: the one "
+                       "grading uses)")
     parser.set_defaults(run=run)
 
 
@@ -117,7 +127,7 @@ def explain_isolation(isolation: str | None = None) -> dict:
     """What the probe submission reported from inside the sandbox, and the isolation mode."""
     from moco_ref.probe.options import GradeOptions
     from moco_ref.run.pipeline import observe_sandboxed
-    from moco_ref.sandbox.client import current_zygote, isolation_description
+    from moco_ref.sandbox.client import current_zygote, isolation_description, not_protected
 
     project = str(Path(__file__).resolve().parents[2])
     with tempfile.TemporaryDirectory(prefix="moco-ref-doctor-") as folder:
@@ -130,14 +140,17 @@ def explain_isolation(isolation: str | None = None) -> dict:
                                    isolation=isolation)
     warmup = record.get("observations", {}).get("moco_warmup", {})
     inside = ((warmup.get("result") or {}).get("doctor")) if isinstance(warmup, dict) else None
-    return {"isolation": isolation_description(isolation),
-            "host uid": current_zygote(isolation=isolation).host_user(), "inside": inside,
+    zygote = current_zygote(isolation=isolation)
+    return {"rung": zygote.rung, "job uids": bool(getattr(zygote, "job_ids", False)),
+            "isolation": isolation_description(isolation),
+            "not protected": not_protected(isolation),
+            "host uid": zygote.host_user(), "inside": inside,
             "problem": None if inside else (record.get("traceback") or str(warmup)[:2000])}
 
 
 def run(args: argparse.Namespace) -> int:
     from moco_ref.cli.isolation import isolation_refusal
-    from moco_ref.sandbox.seccomp import refused_calls
+    from moco_ref.sandbox.seccomp import Tightening, refused_calls
 
     refusal = isolation_refusal(args.isolation)
     if refusal:
@@ -145,11 +158,16 @@ def run(args: argparse.Namespace) -> int:
               f"moco-ref: {refusal}")
         return 1
     found = explain_isolation(args.isolation)
-    found["seccomp refuses"] = refused_calls()
+    found["seccomp refuses"] = refused_calls(
+        Tightening(tcp=True, file_metadata=os.geteuid() == 0 and not found["job uids"])
+        if found["rung"] == "confined"
+        else None)
     if args.json:
         print(json.dumps(found, indent=2))
         return 0 if found["inside"] else 1
+    print(f"rung in force: {found['rung']}")
     print(f"isolation: {found['isolation']}")
+    print(found["not protected"])
     print(f"host uid of the submission's processes: {found['host uid']}")
     if not found["inside"]:
         print(f"the probe submission could not report: {found['problem']}")
@@ -157,8 +175,9 @@ def run(args: argparse.Namespace) -> int:
     width = max(len(key) for key in found["inside"])
     for key, value in found["inside"].items():
         print(f"  {key:<{width}}  {value}")
-    if found["isolation"].startswith("bwrap"):
+    if found["rung"] == "bwrap":
         print("  (/tmp inside is the job's own scratch; home and project are the empty folders "
               "above the bound Python installation)")
+    if found["rung"] != "processes":
         print(f"seccomp refuses: {', '.join(found['seccomp refuses'])}")
     return 0

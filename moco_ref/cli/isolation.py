@@ -4,15 +4,18 @@ early, and the one line that says why grading is refused when no sandbox can sta
 from __future__ import annotations
 
 ISOLATION_HELP = (
-    "bwrap (default): each submission in a bubblewrap sandbox (its own namespaces, uid 65534 "
-    "without capabilities, seccomp, nothing to read but its own files); grading is refused "
-    "where it cannot run. processes: FOR TRUSTED CODE ONLY (the submission runs as you, with "
+    "sandbox (default): the strongest rung that starts here, bwrap else confined; grading is "
+    "refused only where neither can run. bwrap: a bubblewrap sandbox (namespaces of its own, "
+    "uid 65534 without capabilities, seccomp, nothing to read but its own files). confined: "
+    "no namespaces (a default Docker container): an unprivileged uid per job, Landlock, "
+    "seccomp, rlimits. processes: FOR TRUSTED CODE ONLY (the submission runs as you, with "
     "your files)")
 
 
-def add_isolation_flag(group) -> None:
-    group.add_argument("--isolation", choices=("bwrap", "processes"), default=None,
-                       help=ISOLATION_HELP)
+def add_isolation_flag(group, *, help_text: str = ISOLATION_HELP) -> None:
+    from moco_ref.sandbox.client import ISOLATION_MODES
+
+    group.add_argument("--isolation", choices=ISOLATION_MODES, default=None, help=help_text)
 
 
 def warm_up(isolation: str | None = None) -> None:

@@ -65,16 +65,23 @@ class GraderClock:
 
 
 def grade_submission(target: str, options: GradeOptions | None = None, *,
-                     isolation: str | None = None, helpers: bool = True) -> SubmissionReport:
+                     isolation: str | None = None, helpers: bool = True,
+                     single_run: bool = False) -> SubmissionReport:
     """Observe ``target`` in a sandboxed process, judge the observations here, and report.
-    ``isolation``: ``bwrap`` or ``processes`` (None: the environment's default); ``helpers``:
+    ``isolation``: a rung of ``sandbox.client.ISOLATION_MODES`` (None: the environment's
+    default, the ladder); ``helpers``:
     whether the ``.py`` files beside it may be its helper modules (not in a folder several
-    students share)."""
+    students share); ``single_run``: this process grades no other submission (the
+    autograder's ``gradescope run``), so the warm process is stopped as soon as the
+    submission has been observed — its memory is freed before judging, not held beside it
+    (issue 27: one run's peak is the larger of the two phases, not their sum)."""
     options = options or GradeOptions()
     started = time.monotonic()
     options, style_note = style_decided(target, options)
     try:
         run = observe_in_sandbox(target, options, isolation, helpers=helpers)
+        if single_run:
+            _stop_warm_processes()
         report = _report(target, options, run)
         if style_note:
             report.notes.insert(0, style_note)
@@ -87,6 +94,14 @@ def grade_submission(target: str, options: GradeOptions | None = None, *,
         )
     report.wall_seconds = time.monotonic() - started
     return _cleaned(report)
+
+
+def _stop_warm_processes() -> None:
+    """Stop the warm processes (and their sandboxes): nothing else will be forked from them.
+    A later grading in this process would start one anew."""
+    from moco_ref.sandbox.client import shutdown_zygotes
+
+    shutdown_zygotes()
 
 
 def style_decided(target: str, options: GradeOptions) -> tuple[GradeOptions, str]:
@@ -222,10 +237,10 @@ def _report_shell(target: str, options: GradeOptions, run: SandboxRun) -> Submis
         stdout=run.stdout,
         stderr=run.stderr,
         isolation=run.isolation,
+        grader_trouble=run.grader_trouble,  # e.g. a job starved of CPU until its time ran out
     )
     if run.failure:
         report.traceback = run.failure
-        report.grader_trouble = run.grader_trouble
         return report
     if options.style is not None and style != options.style:
         report.traceback = (f"the submission's process reported style {style!r} where "

@@ -185,6 +185,17 @@ class Attempt:
     original_folder: str = ""  # where the submission lies
     copy_folder: str = ""  # where its process loaded the copy from (shown as original_folder)
     refused_helpers: list[str] = field(default_factory=list)  # why, for each one not given
+    wall_seconds: float = 0.0  # from the job's start until it ended or its time ran out
+
+    def starved(self) -> str:
+        """Why a job whose time ran out was starved of CPU by other processes (the grader's
+        trouble, not the submission's timeout), or ``""`` (``starvation``, from the EXIT
+        frame's figures)."""
+        if not (self.timed_out or self.part_timed_out):
+            return ""
+        exit = self.exit or {}
+        return starvation(self.wall_seconds, exit.get("cpu_seconds"),
+                          exit.get("run_queue_seconds"))
 
     def exit_text(self) -> str:
         """How the submission's process ended, in words."""
@@ -208,11 +219,56 @@ class Attempt:
             os.WTERMSIG(status) == signal.SIGKILL
 
 
+STARVED_CPU_SHARE = 1 / 3  # a job that got less of its wall time on a CPU may be starved
+
+
+def starvation(wall_seconds: float, cpu_seconds, run_queue_seconds) -> str:
+    """Whether a job that ran out of wall-clock time was starved: it used less than a third
+    of that time on a CPU (``cpu_seconds``, all its processes and threads) and spent most of
+    the rest runnable, waiting for a CPU (``run_queue_seconds``, summed over its threads),
+    not sleeping. Returns why, in words (for staff), or ``""`` — the timeout is then the
+    submission's own: a job that slept or waited on itself until its time ran out. A job
+    whose many threads queue behind each other on its own CPU still gets its wall time of
+    CPU, so its own waiting never counts as starvation. Unknown figures (no EXIT frame, a
+    kernel without schedstat) are never starvation."""
+    if not isinstance(cpu_seconds, (int, float)) or not isinstance(run_queue_seconds,
+                                                                     (int, float)):
+        return ""
+    if wall_seconds <= 0 or cpu_seconds >= STARVED_CPU_SHARE * wall_seconds:
+        return ""
+    if run_queue_seconds < (wall_seconds - cpu_seconds) / 2:
+        return ""
+    return (f"the job was starved of CPU by other processes: in {wall_seconds:.1f} s of "
+            f"wall-clock time it ran {cpu_seconds:.1f} s and waited {run_queue_seconds:.1f} s "
+            "for a CPU")
+
+
+def autogroup_enabled() -> bool:
+    """Whether the kernel groups each session for the scheduler
+    (``/proc/sys/kernel/sched_autogroup_enabled``)."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled", "rb") as handle:
+            return handle.read().strip() == b"1"
+    except OSError:
+        return False
+
+
 class CpuShares:
     """A fair CPU share for concurrent jobs: while no more jobs run than there are CPUs, each
     job (and every process and thread it starts, which inherit it) runs on a CPU of its own,
     so a job that spawns threads slows only itself, never a classmate graded beside it.
-    Beyond that many jobs a job is not pinned (the scheduler shares the CPUs)."""
+
+    Beyond that many jobs (``-j`` above the CPU count) a job is not pinned, and its weight
+    comes from the scheduler's autogroups: every job's supervisor starts a session of its
+    own (``os.setsid``), and with ``/proc/sys/kernel/sched_autogroup_enabled`` = 1 (the
+    default of most distributions' kernels, ``autogroup_enabled``) each session is one
+    scheduling group, and the groups share a CPU equally whatever their thread counts — a
+    job of 8 busy threads and one of 1 get half each, not 8/9 and 1/9. With autogroup off,
+    nothing weighs jobs beyond this affinity: the scheduler then shares by thread, and
+    ``nice`` cannot make up for it (threads inherit their creator's nice value, so a job's
+    weight still grows with its thread count), nor can a cgroup, which the grader may not
+    create. What remains is ``starvation``: a job starved that way until its time ran out is
+    the grader's trouble, graded again alone, never charged to the student."""
 
     def __init__(self, cpus=None) -> None:
         self.cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
@@ -249,9 +305,22 @@ def run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: fl
 
 def _run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: float,
                  only_parts: list[str] | None, helpers: bool, cpu: int | None) -> Attempt:
-    sandboxed = zygote.sandboxed
+    confined = zygote.rung == "confined"
     attempt = Attempt(asked=only_parts)
     token, nonce = secrets.token_hex(16), new_nonce()
+    job_ids = zygote.take_job_ids() if confined else None
+    try:
+        return _attempt_in(zygote, attempt, token, nonce, target, options, deadline,
+                           only_parts, cpu, helpers, job_ids)
+    finally:
+        zygote.give_back_job_ids(job_ids)
+
+
+def _attempt_in(zygote: Zygote, attempt: Attempt, token: str, nonce: bytes, target: str,
+                options: GradeOptions, deadline: float, only_parts: list[str] | None,
+                cpu: int | None, helpers: bool, job_ids: tuple[int, int] | None) -> Attempt:
+    sandboxed = zygote.sandboxed
+    confined = zygote.rung == "confined"
     events: queue.Queue = queue.Queue()
     with tempfile.TemporaryDirectory(prefix="moco-ref-grade-",
                                      ignore_cleanup_errors=True) as scratch:
@@ -263,10 +332,12 @@ def _run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: f
             attempt.original_folder = str(Path(target).resolve().parent)
             attempt.refused_helpers = refused_helpers(target) if helpers else []
             target = copy_submission(target, copy, helpers=helpers)
-        elif sandboxed:  # the module (its top-level package) is sent, not the folder
+        elif sandboxed or confined:  # the module (its top-level package) is sent
             copy_module(target, copy)
-        if sandboxed:  # the job sees its own scratch only; the files arrive as a tar stream
-            inside = f"{SCRATCH}/submission"
+        job_scratch = SCRATCH if sandboxed else os.path.join(zygote.jobs_root, token) \
+            if confined else os.path.realpath(scratch)
+        if sandboxed or confined:  # the job sees its own scratch only; files come as a tar
+            inside = f"{job_scratch}/submission"
             if not is_module_target(target):
                 target = f"{inside}/{Path(target).name}"
             import_root = inside
@@ -288,7 +359,7 @@ def _run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: f
             "target": target,
             "options": options.for_the_probe().to_dict(),
             "import_root": import_root,
-            "scratch": SCRATCH if sandboxed else os.path.realpath(scratch),
+            "scratch": job_scratch,
             "memory_mb": options.memory_mb,
             # twice the wall time: one busy thread meets the wall-clock limit first, work
             # spread over threads and processes meets this one
@@ -297,6 +368,10 @@ def _run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: f
             "parts": only_parts,
             "cpus": None if cpu is None else [cpu],
         }
+        if confined:  # the two-process builder probe needs loopback TCP; LAB code none
+            request["confined"] = {"uid": job_ids[0] if job_ids else None,
+                                   "gid": job_ids[1] if job_ids else None,
+                                   "tcp": options.style not in ("lab", "components")}
         fds = [out_w, err_w, channel_w] + ([bundle] if bundle is not None else [])
         handle = None
         try:
@@ -307,8 +382,10 @@ def _run_attempt(zygote: Zygote, target: str, options: GradeOptions, deadline: f
             for fd in fds:
                 os.close(fd)
         if handle is not None:
+            started = time.monotonic()  # the job exists (spawn waits for the zygote's word)
             _follow(attempt, handle, events, options, deadline)
-            _stop(zygote, handle, token)
+            attempt.wall_seconds = time.monotonic() - started
+            _stop(zygote, handle, token, job_ids[0] if job_ids else None)
         if not reader.join(STOP_GRACE_SECONDS).closed:
             reader.stop()  # an escaped process holds the pipe: stop listening
             reader.join(1.0)
@@ -380,8 +457,9 @@ def _follow(attempt: Attempt, handle: JobHandle, events: queue.Queue, options: G
             attempt.supervisor_status = handle.status
 
 
-def _stop(zygote: Zygote, handle: JobHandle, token: str) -> None:
-    """End the job: ask the supervisor (it kills the job's processes), then make sure."""
+def _stop(zygote: Zygote, handle: JobHandle, token: str, job_uid: int | None = None) -> None:
+    """End the job: ask the supervisor (it kills the job's processes), then make sure (a
+    confined job with a uid of its own: every process of that uid)."""
     pid = handle.pid
     if pid is None:
         return
@@ -403,6 +481,7 @@ def _stop(zygote: Zygote, handle: JobHandle, token: str) -> None:
     if not zygote.sandboxed:  # a PID namespace ends the sandboxed job's processes with it
         procs.kill_until_gone(
             lambda: procs.job_members(roots=[pid] if procs.alive(pid) else [], sessions=[pid],
-                                      token=token),
+                                      token=token)
+            | (procs.processes_of_user(job_uid) if job_uid else set()),
             deadline_seconds=5.0,
         )

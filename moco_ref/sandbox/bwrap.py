@@ -63,7 +63,7 @@ LAUNCHER = PACKAGE_DIR / "sandbox" / "launch.py"
 # sandbox's own in-process modules
 VIEW_FILES = ("__init__.py", "probe", "observe", "sandbox/__init__.py", "sandbox/zygote.py",
               "sandbox/procs.py", "sandbox/jobspace.py", "sandbox/confine.py",
-              "sandbox/seccomp.py", "sandbox/clib.py")
+              "sandbox/seccomp.py", "sandbox/clib.py", "sandbox/landlock.py")
 SYSTEM_TOP = ("usr", "lib", "lib32", "lib64", "bin", "sbin")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "localtime")
 ETC_GENERATED = {
@@ -101,7 +101,7 @@ def executable() -> str | None:
     return shutil.which("bwrap")
 
 
-def _python_folders() -> list[str]:
+def python_folders() -> list[str]:
     folders = {sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix}
     for name in ("stdlib", "platstdlib", "purelib", "platlib"):
         path = sysconfig.get_paths().get(name)
@@ -150,7 +150,7 @@ def command(control_fd: int, etc_folder: str, *, hidden: tuple[str, ...] = (),
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
             bound.append(path)
-    for folder in _python_folders():
+    for folder in python_folders():
         if not any(_inside(folder, done) for done in bound):
             args += ["--ro-bind", folder, seen_as(folder)]
             bound.append(folder)
@@ -193,7 +193,8 @@ class HostUserUnavailable(OSError):
     why)."""
 
 
-def host_ids(taken: set[int] = frozenset()) -> tuple[int, int] | None:
+def host_ids(taken: set[int] = frozenset(), among: range | None = None
+             ) -> tuple[int, int] | None:
     """The host uid and gid a new sandbox runs as: ``None`` when the grader is not root (bwrap
     then runs as the grader's own user, which is already unprivileged, and makes its user
     namespace as that user); as root, the first of ``HOST_IDS`` not in ``taken`` (another
@@ -202,8 +203,9 @@ def host_ids(taken: set[int] = frozenset()) -> tuple[int, int] | None:
     ``HostUserUnavailable`` when there is none."""
     if os.geteuid() != 0:
         return None
+    among = HOST_IDS if among is None else among
     uids, gids = _mapped("/proc/self/uid_map"), _mapped("/proc/self/gid_map")
-    for number in HOST_IDS:
+    for number in among:
         if number in taken or not (uids(number) and gids(number)):
             continue
         try:
@@ -218,8 +220,8 @@ def host_ids(taken: set[int] = frozenset()) -> tuple[int, int] | None:
             pass
         return number, number
     raise HostUserUnavailable(
-        0, f"the grader runs as root and none of the host uids {HOST_IDS.start}-"
-           f"{HOST_IDS.stop - 1} is free (unnamed in /etc/passwd and /etc/group, mapped in "
+        0, f"the grader runs as root and none of the host uids {among.start}-"
+           f"{among.stop - 1} is free (unnamed in /etc/passwd and /etc/group, mapped in "
            "this user namespace) to run the sandbox as")
 
 
@@ -259,14 +261,14 @@ def launch_command(args: list[str], uid: int, gid: int) -> list[str]:
                  for way in (os.path.abspath(source), os.path.realpath(source))}:
         if not os.path.exists(path):
             continue
-        blocked = _first_closed_folder(path, uid, gid)
+        blocked = first_closed_folder(path, uid, gid)
         if blocked:
             cover.add(blocked)
             reveal.append(path)
         info = os.stat(path)
         program = path in (os.path.abspath(args[0]), os.path.realpath(args[0]))
         wanted = 0o5 if program or stat.S_ISDIR(info.st_mode) else 0o4
-        if not _allows(info, uid, gid, wanted):
+        if not allows(info, uid, gid, wanted):
             raise HostUserUnavailable(
                 0, f"{path} is not {'executable' if program else 'readable'} by the "
                    f"sandbox's host uid {uid}: the sandbox needs it (make it readable by all "
@@ -275,7 +277,7 @@ def launch_command(args: list[str], uid: int, gid: int) -> list[str]:
     return [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(plan), "--", *args]
 
 
-def _allows(info: os.stat_result, uid: int, gid: int, wanted: int) -> bool:
+def allows(info: os.stat_result, uid: int, gid: int, wanted: int) -> bool:
     """Whether the owner, group or other bits of ``info`` give ``wanted`` (rwx as 0o7) to
     ``uid``/``gid`` with no supplementary groups."""
     if info.st_uid == uid:
@@ -287,12 +289,12 @@ def _allows(info: os.stat_result, uid: int, gid: int, wanted: int) -> bool:
     return bits & wanted == wanted
 
 
-def _first_closed_folder(path: str, uid: int, gid: int) -> str | None:
+def first_closed_folder(path: str, uid: int, gid: int) -> str | None:
     """The outermost folder above ``path`` that ``uid`` may not pass (no search permission),
     or None."""
     parts = Path(path).parts
     for depth in range(2, len(parts)):  # "/" itself is always passable
         folder = os.path.join(*parts[:depth])
-        if not _allows(os.stat(folder), uid, gid, 0o1):
+        if not allows(os.stat(folder), uid, gid, 0o1):
             return folder
     return None

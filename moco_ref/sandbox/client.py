@@ -1,13 +1,21 @@
 """The grader's end of the warm ``zygote``: start one per environment, spawn jobs in it,
 and hear when they start and end.
 
-Isolation (``MOCO_REF_ISOLATION``, or ``moco-ref grade --isolation``):
+Isolation (``MOCO_REF_ISOLATION``, or ``moco-ref grade --isolation``) is a ladder of rungs:
 
-- ``bwrap`` (the default): the zygote lives in a bubblewrap sandbox (``bwrap``) that holds
-  the Python installation and the observing side of moco_ref only; each job gets namespaces
-  of its own (``jobspace``) and its process is confined before the submission loads
-  (``confine``). When that cannot be had here, grading is refused
-  (``IsolationUnavailable``), never silently weakened;
+- ``sandbox`` (the default): the strongest rung that starts here — ``bwrap``, else
+  ``confined`` — and grading is refused (``IsolationUnavailable``, saying why for each rung)
+  only when neither can start; never silently weakened below them;
+- ``bwrap``: the zygote lives in a bubblewrap sandbox (``bwrap``) that holds the Python
+  installation and the observing side of moco_ref only; each job gets namespaces of its own
+  (``jobspace``) and its process is confined before the submission loads (``confine``);
+- ``confined``: for a container that allows no namespace (Docker's default profile, as on
+  Gradescope and PrairieLearn): the zygote runs as the grader's user with a clean
+  environment and only the observing side importable (a copied view); each job runs in a
+  scratch folder of its own as an unprivileged uid of its own when the grader is root
+  (``JOB_IDS``), restricted by Landlock to read-only system, Python and view and read-write
+  scratch, under the seccomp filter and rlimits, in a session of its own
+  (``confine.confine_in_place``); ``NOT_PROTECTED`` says what that leaves open;
 - ``processes``: for trusted code only — the submission runs as the grader's user, with the
   grader's file system; a supervisor and ``/proc`` sweeps (``procs``) still stop everything
   it starts.
@@ -35,10 +43,21 @@ from moco_ref.sandbox import bwrap, procs
 from moco_ref.sandbox.capture import StreamDrain
 
 _PACKAGE_ROOT = str(Path(moco_ref.__file__).resolve().parent.parent)
-ISOLATION_VARIABLE = "MOCO_REF_ISOLATION"  # bwrap (default) | processes
-ISOLATION_MODES = ("bwrap", "processes")
+ISOLATION_VARIABLE = "MOCO_REF_ISOLATION"  # sandbox (default) | bwrap | confined | processes
+ISOLATION_MODES = ("sandbox", "bwrap", "confined", "processes")
+RUNGS = ("bwrap", "confined")  # the ladder, strongest first
+JOB_IDS = range(61100, 61200)  # the confined rung's job uids (and gids) when the grader is root
 PROCESSES_ONLY = ("processes: for trusted code only (the submission runs as the grader's "
                   "user and can read and write what it can)")
+NOT_PROTECTED = {
+    "bwrap": "not protected: the host kernel's own bugs; CPU caches shared between jobs",
+    "confined": ("not protected: the container's network for builder-style jobs (the "
+                 "two-process probe needs loopback TCP; LAB jobs get no socket but UNIX), "
+                 "the container's process list and command lines in /proc (pass secrets by "
+                 "environment or file, never on the command line), /dev/shm shared between "
+                 "jobs{root}{abi}"),
+    "processes": "not protected: everything (the submission runs as the grader)",
+}
 ZYGOTE_START_SECONDS = 300.0  # importing torch on a busy machine can take a while
 
 
@@ -48,26 +67,42 @@ class IsolationUnavailable(RuntimeError):
 
 def isolation_mode(isolation: str | None = None) -> str:
     """The isolation asked for (``--isolation``), else the environment's default
-    (``MOCO_REF_ISOLATION``), else ``bwrap``."""
-    mode = isolation or os.environ.get(ISOLATION_VARIABLE, "bwrap").strip().lower() or "bwrap"
+    (``MOCO_REF_ISOLATION``), else ``sandbox`` (the ladder)."""
+    mode = isolation or os.environ.get(ISOLATION_VARIABLE, "sandbox").strip().lower() or \
+        "sandbox"
     if mode not in ISOLATION_MODES:
         raise ValueError(f"isolation {mode!r}: expected one of {ISOLATION_MODES}")
     return mode
 
 
 def sandboxed(isolation: str | None = None) -> bool:
-    return isolation_mode(isolation) == "bwrap"
+    """Whether ``isolation`` isolates untrusted code (any rung of the ladder)."""
+    return isolation_mode(isolation) != "processes"
 
 
 def current_zygote(*, reference: bool = False, wait: bool = True,
                    isolation: str | None = None) -> Zygote:
     """The zygote for ``isolation`` (see ``isolation_mode``); ``IsolationUnavailable`` when
-    the sandbox cannot run here. ``reference``: the submission may import the reference
+    no rung asked for can run here. ``reference``: the submission may import the reference
     (``--allow-reference-import``), so a sandbox whose view holds it. ``wait=False``: only
-    started (``warm_up``)."""
-    boxed = sandboxed(isolation)
-    return zygote_for(child_environment(), sandboxed=boxed, reference=reference and boxed,
-                      wait=wait)
+    started (``warm_up``). A rung that cannot start is tried again next time (where
+    namespaces are refused, bwrap fails at once): a passing refusal never weakens the rest
+    of a run."""
+    mode = isolation_mode(isolation)
+    env = child_environment()
+    if mode == "processes":
+        return zygote_for(env, rung="processes", wait=wait)
+    rungs = RUNGS if mode == "sandbox" else (mode,)
+    reasons = []
+    for rung in rungs:
+        try:
+            return zygote_for(env, rung=rung, reference=reference, wait=wait)
+        except IsolationUnavailable as exc:
+            reasons.append(f"{rung}: {exc}")
+    if len(reasons) == 1:
+        raise IsolationUnavailable(reasons[0].split(": ", 1)[1])
+    raise IsolationUnavailable("no rung of the isolation ladder can start here (" +
+                               "; ".join(reasons) + ")")
 
 
 def isolation_description(isolation: str | None = None) -> str:
@@ -75,6 +110,23 @@ def isolation_description(isolation: str | None = None) -> str:
     if not sandboxed(isolation):
         return PROCESSES_ONLY
     return current_zygote(isolation=isolation).namespaces
+
+
+def not_protected(isolation: str | None = None) -> str:
+    """What the rung in force does not protect, in one line (raises like the start)."""
+    if not sandboxed(isolation):
+        return NOT_PROTECTED["processes"]
+    zygote = current_zygote(isolation=isolation)
+    if zygote.rung != "confined":
+        return NOT_PROTECTED[zygote.rung]
+    from moco_ref.sandbox import landlock
+
+    root = ("; jobs run as uid 0 without capabilities (the Python installation is not "
+            "readable by other users), so root's process limit is not enforced (the job's "
+            "watch counts every 0.1 s)" if os.geteuid() == 0 and not zygote.job_ids else "")
+    gaps = landlock.missing(landlock.abi())
+    return NOT_PROTECTED["confined"].format(
+        root=root, abi=("; " + ", ".join(gaps)) if gaps else "")
 
 
 class JobHandle:
@@ -89,16 +141,22 @@ class JobHandle:
 
 
 class Zygote:
-    """The grader's end of one zygote process (see ``zygote``)."""
+    """The grader's end of one zygote process (see ``zygote``), on one rung: ``bwrap``,
+    ``confined`` or ``processes``."""
 
-    def __init__(self, env: dict, *, sandboxed: bool = False, reference: bool = False) -> None:
+    def __init__(self, env: dict, *, rung: str = "processes", reference: bool = False) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._scratch = tempfile.mkdtemp(prefix="moco-ref-zygote-")
-        self.sandboxed = sandboxed
+        self.rung = rung
+        self.sandboxed = rung == "bwrap"  # the job lives in namespaces of its own
         self.host_ids: tuple[int, int] | None = None  # (uid, gid) it runs as, the grader root
+        self.job_ids = False  # confined: each job gets a uid of its own (JOB_IDS)
+        self.jobs_root = ""  # confined: the folder holding each job's scratch
+        self._job_ids_taken: set[int] = set()
         argv = [sys.executable, "-m", "moco_ref.sandbox.zygote", "--fd", str(theirs.fileno())]
+        cwd = self._scratch
         try:
-            if sandboxed:
+            if rung == "bwrap":
                 argv = bwrap.command(theirs.fileno(), os.path.join(self._scratch, "etc"),
                                      hidden=_grader_paths(), reference=reference)
                 argv.append("--sandboxed")
@@ -108,6 +166,8 @@ class Zygote:
                         _HOST_IDS_TAKEN.add(self.host_ids[0])
                 if self.host_ids is not None:
                     argv = bwrap.launch_command(argv, *self.host_ids)
+            elif rung == "confined":
+                argv, env, cwd = self._confined_start(theirs.fileno(), reference)
         except OSError as exc:  # no bwrap, or no unprivileged host user to run it as
             theirs.close()
             ours.close()
@@ -118,7 +178,7 @@ class Zygote:
             self.process = subprocess.Popen(
                 argv,
                 pass_fds=(theirs.fileno(),),
-                cwd=self._scratch,  # nothing importable from where the grader runs
+                cwd=cwd,  # nothing importable from where the grader runs
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -135,6 +195,43 @@ class Zygote:
         self.alive = True
         self._hello_lock = threading.Lock()
         self._hello_message: dict | None = None
+
+    def _confined_start(self, control_fd: int, reference: bool) -> tuple[list, dict, str]:
+        """The confined rung's zygote: its command, a clean environment whose only moco_ref
+        is a copy of the observing side (``bwrap.VIEW_FILES``), the folder it starts in and
+        the one each job's scratch goes in (passable, not listable, by the job uids)."""
+        from moco_ref.sandbox import confined_view
+
+        view = os.path.join(self._scratch, "view")
+        self.jobs_root = os.path.join(self._scratch, "jobs")
+        for folder in (view, self.jobs_root):
+            os.mkdir(folder)
+        os.chmod(self._scratch, 0o711)
+        os.chmod(self.jobs_root, 0o711)
+        confined_view.copy_view(view, reference=reference)
+        rules = confined_view.rules(view, hidden=_grader_paths() + (self._scratch,))
+        if os.geteuid() == 0:
+            self.job_ids = confined_view.readable_by_others(
+                [path for path, access in rules])
+        env = dict(bwrap.ENVIRONMENT, PYTHONPATH=view)
+        argv = [sys.executable, "-m", "moco_ref.sandbox.zygote", "--fd", str(control_fd),
+                "--confined", json.dumps(rules)]
+        return argv, env, view
+
+    def take_job_ids(self) -> tuple[int, int] | None:
+        """A uid and gid for one confined job (``None``: the job keeps the grader's)."""
+        if not self.job_ids:
+            return None
+        with _HOST_IDS_LOCK:
+            ids = bwrap.host_ids(self._job_ids_taken | _HOST_IDS_TAKEN, among=JOB_IDS)
+            if ids is not None:
+                self._job_ids_taken.add(ids[0])
+            return ids
+
+    def give_back_job_ids(self, ids: tuple[int, int] | None) -> None:
+        if ids is not None:
+            with _HOST_IDS_LOCK:
+                self._job_ids_taken.discard(ids[0])
 
     @property
     def hello(self) -> dict:
@@ -158,21 +255,30 @@ class Zygote:
         if not data:
             self.close()
             tail = self._stderr.finish(timeout=1.0).strip()[-4000:]
-            if self.sandboxed:
+            if self.rung != "processes":
                 last = tail.splitlines()[-1] if tail else "it exited without a word"
-                raise IsolationUnavailable(f"bwrap cannot run here ({last})")
+                raise IsolationUnavailable(f"{self.rung} cannot run here ({last})")
             raise RuntimeError(f"the grading zygote did not start:\n{tail}")
         hello = json.loads(data)
-        if self.sandboxed and not hello.get("isolation"):
+        if self.rung != "processes" and not hello.get("isolation"):
             self.close()
-            raise IsolationUnavailable("a job cannot be confined inside bwrap here ("
+            where = "inside bwrap " if self.rung == "bwrap" else ""
+            raise IsolationUnavailable(f"a job cannot be confined {where}here ("
                                        f"{hello.get('isolation_error')})")
         return hello
 
     @property
     def namespaces(self) -> str:
         """The isolation its jobs get, in words (from the hello, before any job ran)."""
-        return self.hello.get("isolation", "") if self.sandboxed else PROCESSES_ONLY
+        if self.rung == "processes":
+            return PROCESSES_ONLY
+        words = self.hello.get("isolation", "")
+        if self.rung == "confined":
+            uid = "an unprivileged uid of its own per job" if self.job_ids else \
+                "uid 0 without capabilities" if os.geteuid() == 0 else \
+                f"the grader's uid {os.geteuid()}"
+            words = words.replace("{user}", uid)
+        return words
 
     def spawn(self, request: dict, fds: list[int], events: queue.Queue) -> JobHandle:
         from moco_ref.sandbox.zygote import send
@@ -266,6 +372,12 @@ class Zygote:
     def host_user(self) -> str:
         """The host user its jobs run as, in words, as the host sees the sandbox's processes
         (their uids and their user namespace's mapping)."""
+        if self.rung == "confined":
+            return (f"{JOB_IDS.start}-{JOB_IDS.stop - 1}, one per job (unprivileged, named by "
+                    "no account)" if self.job_ids else
+                    f"{os.getuid()} (the grader's own, without capabilities: the Python "
+                    "installation is not readable by other users)" if os.getuid() == 0 else
+                    f"{os.getuid()} (the grader's own, which is not root)")
         if not self.sandboxed:
             return f"{os.getuid()} (the grader's own: no sandbox)"
         self.hello  # noqa: B018 - the sandbox is up
@@ -291,14 +403,13 @@ _ZYGOTES_LOCK = threading.Lock()
 MAX_ZYGOTES = 3  # e.g. the real harness, a test stand-in, a pytester run
 
 
-def zygote_for(env: dict, *, sandboxed: bool = False, reference: bool = False,
+def zygote_for(env: dict, *, rung: str = "processes", reference: bool = False,
                wait: bool = True) -> Zygote:
-    """The live zygote started with ``env`` (one is started if needed), inside the bwrap
-    sandbox when ``sandboxed`` (with the reference in its view when ``reference``); with
-    ``wait`` its hello has arrived (``IsolationUnavailable`` when the sandbox cannot run).
-    Start it from the thread that outlives it: bwrap's ``--die-with-parent`` follows the
-    thread that started it."""
-    key = (sandboxed, reference, *sorted(env.items()))
+    """The live zygote of ``rung`` started with ``env`` (one is started if needed), with the
+    reference in its view when ``reference``; with ``wait`` its hello has arrived
+    (``IsolationUnavailable`` when the rung cannot run). Start it from the thread that
+    outlives it: bwrap's ``--die-with-parent`` follows the thread that started it."""
+    key = (rung, reference, *sorted(env.items()))
     with _ZYGOTES_LOCK:
         zygote = _ZYGOTES.pop(key, None)
         if zygote is not None and (not zygote.alive or zygote.process.poll() is not None):
@@ -307,7 +418,7 @@ def zygote_for(env: dict, *, sandboxed: bool = False, reference: bool = False,
         if zygote is None:
             while len(_ZYGOTES) >= MAX_ZYGOTES:  # the least recently used goes
                 _ZYGOTES.pop(next(iter(_ZYGOTES))).close()
-            zygote = Zygote(env, sandboxed=sandboxed, reference=reference)
+            zygote = Zygote(env, rung=rung, reference=reference)
         _ZYGOTES[key] = zygote  # most recently used last
     if wait:
         zygote.hello  # noqa: B018

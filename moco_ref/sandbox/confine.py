@@ -12,6 +12,15 @@ process afterwards.
   (``zygote._worker`` sets ``RLIMIT_NPROC`` once it exists).
 - **capabilities**: the bounding, ambient, inheritable, permitted and effective sets emptied.
 - **seccomp**: ``seccomp.install`` (it sets ``no_new_privs`` first).
+
+``confine_in_place`` is the confined rung's version, for a container that allows no
+namespace (``CONFINED``): the worker, forked as the grader's user (root, in such a
+container), becomes the job's own unprivileged uid when it was given one (``setgroups``,
+``setresgid``, ``setresuid``: no capability is left; it stays dumpable so its supervisor,
+watching as that uid, can read its ``/proc`` files), or else keeps its uid and gives up every
+capability; then ``no_new_privs``, Landlock (``landlock.restrict``: read-only system, Python
+and the observer's view, read-write only its scratch, the harmless device nodes and
+``/dev/shm``) and the seccomp filter with the confined rung's ``Tightening``.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from moco_ref.sandbox import seccomp
+from moco_ref.sandbox import landlock, seccomp
 from moco_ref.sandbox.clib import c_library, check_call
 
 UNPRIVILEGED = 65534
@@ -27,6 +36,8 @@ CLONE_NEWUSER = 0x10000000
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SYS_CAPSET_X86_64 = 126
 
@@ -76,3 +87,31 @@ def confine() -> None:
     become_unprivileged()
     drop_capabilities()
     seccomp.install()
+
+
+def become_job_user(uid: int, gid: int) -> None:
+    """The job's own uid and gid, for good (no supplementary group, no way back to root)."""
+    if uid == 0 or gid == 0:
+        raise OSError(1, "the job's uid must not be root")
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if set(os.getresuid()) != {uid} or set(os.getresgid()) != {gid}:
+        raise OSError(1, f"still not only uid {uid}")
+    check_call(c_library().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
+
+
+def confine_in_place(rules: list[landlock.Rule], *, tcp: bool, still_root: bool) -> int:
+    """Capabilities, ``no_new_privs``, Landlock and seccomp for a process that is already its
+    job's user (``become_job_user``) or keeps the grader's (``still_root``: uid 0 without
+    capabilities). Returns the Landlock ABI in force; raises ``OSError`` if a step is
+    refused."""
+    reason = seccomp.available()
+    if reason:
+        raise OSError(0, reason)
+    if os.geteuid() == 0:
+        drop_capabilities()
+    check_call(c_library().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    version = landlock.restrict(rules, tcp=tcp)
+    seccomp.install(seccomp.Tightening(tcp=tcp, file_metadata=still_root))
+    return version

@@ -24,8 +24,13 @@ Observations come back as frames on a pipe no file name leads to (``channel``), 
 them by recomputation (``moco_ref.run.pipeline``). A part that ran out of time is reported
 ``timeout``; one whose process died, or whose observations were inconsistent, makes the
 checks that need it report ``error``; the other parts are observed in a fresh process and
-judged as usual. A submission that cannot be loaded gives a report with ``gradable=False`` and
-the traceback; nothing a submission does raises out of ``grade_submission``.
+judged as usual. A job whose time ran out while other processes kept it from a CPU (less
+than a third of its wall time on one, most of the rest waiting to run: ``attempt.starvation``,
+from the supervisor's figures) is the grader's trouble (``SandboxRun.grader_trouble``): its
+report is graded again alone and never cached; a job that slept until its time ran out is
+the submission's timeout. A submission that cannot be loaded gives a report with
+``gradable=False`` and the traceback; nothing a submission does raises out of
+``grade_submission``.
 
 With ``--isolation processes`` (trusted code only) there is no sandbox: the submission runs as
 the grader's user with the grader's file system and network, and a process that kills the
@@ -120,6 +125,7 @@ def observe_in_sandbox(target: str, options: GradeOptions, isolation: str | None
             failure = f"moco-ref internal error: {attempt.internal_error}"
             trouble = attempt.internal_error
             break
+        trouble = trouble or attempt.starved()  # its time ran out for want of a CPU
         if attempt.stage is None or (stage is not None and attempt.stage != stage):
             if stage is None:
                 failure = _not_loaded(attempt, options)
@@ -154,9 +160,11 @@ def observe_in_sandbox(target: str, options: GradeOptions, isolation: str | None
                 missing[name] = Unobserved(name, "no observation was sent for it", False)
             break
         if attempt.timed_out or deadline - time.monotonic() < MIN_RETRY_SECONDS:
+            why = f"the submission's {options.timeout:g} s ran out"
+            if trouble:
+                why = f"{why}, but {_grader_s(trouble)}"
             for name in remaining:
-                missing[name] = Unobserved(
-                    name, f"not observed: the submission's {options.timeout:g} s ran out", True)
+                missing[name] = Unobserved(name, f"not observed: {why}", True)
             break
         if not progress:
             for name in remaining:
@@ -178,7 +186,16 @@ def _remaining(stage: Stage, done: dict, missing: dict) -> list[str]:
     return [name for name in planned_parts(stage) if name not in done and name not in missing]
 
 
+def _grader_s(starved: str) -> str:
+    return f"{starved} (the grader's trouble, not the submission's: it is graded again alone)"
+
+
 def _why_unfinished(attempt: Attempt, options: GradeOptions) -> tuple[str, bool]:
+    starved = attempt.starved()
+    if starved:
+        limit = (f"its {options.check_timeout:g} s (--check-timeout)" if attempt.part_timed_out
+                 else f"{options.timeout:g} s of wall-clock time")
+        return f"it did not finish within {limit}, but {_grader_s(starved)}", True
     if attempt.part_timed_out:
         return (f"it did not finish within its {options.check_timeout:g} s "
                 "(--check-timeout): an endless loop, or far more work than the probe needs?",
@@ -203,6 +220,9 @@ def _not_loaded(attempt: Attempt, options: GradeOptions) -> str:
         return str(trace or f"failed while: {attempt.result.get('stage')}")
     if attempt.corrupt:
         return f"the observation channel was tampered with: {attempt.corrupt}"
+    if attempt.timed_out and attempt.starved():
+        return (f"{LOAD_TIMED_OUT} {options.timeout:g} s while loading the submission (before "
+                f"any observation), but {_grader_s(attempt.starved())}")
     if attempt.timed_out:
         return (
             f"{LOAD_TIMED_OUT} {options.timeout:g} s while loading the submission (before any "

@@ -145,6 +145,24 @@ def job_members(
     return {pid for pid in members if pid in table and table[pid].alive}
 
 
+def processes_of_user(uid: int) -> set[int]:
+    """Live processes whose real uid is ``uid`` (the confined rung's job uid is its own)."""
+    found = set()
+    for name in os.listdir(PROC):
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(PROC, name, "status"), "rb") as handle:
+                for line in handle:
+                    if line.startswith(b"Uid:"):
+                        if int(line.split()[1]) == uid:
+                            found.add(int(name))
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return {pid for pid in found if alive(pid)}
+
+
 def kill_until_gone(
     find: Callable[[], set[int]], *, deadline_seconds: float = 10.0, pause: float = 0.02
 ) -> int:

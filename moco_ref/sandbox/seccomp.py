@@ -22,6 +22,13 @@ The filter is a deny list of calls no grading ever needs, each refused with ``EP
 
 Calls from another ABI (x32, i386 on x86-64) kill the process: the numbers above would not
 mean the same calls. Only x86-64 has a table here; elsewhere ``available()`` says why not.
+
+The confined rung (no namespaces: ``confine.confine_in_place``) adds ``Tightening``: sockets
+of no family but UNIX (and, for a job that needs loopback TCP, IPv4/IPv6), since the job
+shares the container's network; ``prctl(PR_SET_DUMPABLE)``, so the job cannot hide its
+processes from its supervisor's watch; and, for a job that is still uid 0 (without
+capabilities), every call that changes a file's mode, owner, times or extended attributes,
+which Landlock does not govern and root owns the files for.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import errno
 import os
 import platform
 import struct
+from dataclasses import dataclass
 
 from moco_ref.sandbox.clib import c_library, check_call
 
@@ -76,6 +84,28 @@ REFUSED_X86_64 = {
     "sched_setaffinity": 203,  # a job keeps the CPU share it was given (attempt.CpuShares)
 }
 CLONE_X86_64, CLONE3_X86_64, IOCTL_X86_64 = 56, 435, 16
+SOCKET_X86_64, PRCTL_X86_64 = 41, 157
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+PR_SET_DUMPABLE = 4
+FILE_METADATA_X86_64 = {
+    "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92, "fchown": 93,
+    "lchown": 94, "fchownat": 260, "utime": 132, "utimes": 235, "futimesat": 261,
+    "utimensat": 280, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
+    "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199,
+}
+
+
+@dataclass(frozen=True)
+class Tightening:
+    """What the confined rung refuses on top of the common list (see the module's text)."""
+
+    tcp: bool = False  # IPv4/IPv6 (and netlink, to list interfaces) sockets allowed
+    file_metadata: bool = False  # refuse FILE_METADATA_X86_64 (a job still uid 0)
+
+    def refused(self) -> list[str]:
+        found = ["socket (families but UNIX" + (", IPv4, IPv6, netlink)" if self.tcp else ")"),
+                 "prctl (PR_SET_DUMPABLE)"]
+        return found + (sorted(FILE_METADATA_X86_64) if self.file_metadata else [])
 
 
 def available() -> str:
@@ -87,17 +117,18 @@ def available() -> str:
     return ""
 
 
-def refused_calls() -> list[str]:
+def refused_calls(tightening: Tightening | None = None) -> list[str]:
     """The names of the calls the filter refuses, for the documentation and ``doctor``."""
+    extra = tightening.refused() if tightening else []
     return sorted([*REFUSED_X86_64, "clone (CLONE_NEW* flags)", "clone3 (ENOSYS)",
-                   "ioctl (TIOCSTI)"])
+                   "ioctl (TIOCSTI)", *extra])
 
 
 def _statement(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
 
 
-def program() -> bytes:
+def program(tightening: Tightening | None = None) -> bytes:
     """The filter, as ``struct sock_filter`` entries."""
     deny = SECCOMP_RET_ERRNO | errno.EPERM
     code = [
@@ -108,8 +139,13 @@ def program() -> bytes:
         _statement(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1),
         _statement(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
     ]
-    for number in sorted(REFUSED_X86_64.values()):
+    refused = dict(REFUSED_X86_64)
+    if tightening and tightening.file_metadata:
+        refused.update(FILE_METADATA_X86_64)
+    for number in sorted(refused.values()):
         code += [_statement(BPF_JEQ_K, number, 0, 1), _statement(BPF_RET_K, deny)]
+    if tightening:
+        code += _tightened(tightening, deny)
     code += [_statement(BPF_JEQ_K, CLONE3_X86_64, 0, 1),
              _statement(BPF_RET_K, SECCOMP_RET_ERRNO | errno.ENOSYS)]
     # clone(flags, …): refuse any namespace flag (the low 32 bits hold them all)
@@ -128,11 +164,28 @@ def program() -> bytes:
     return b"".join(code)
 
 
+def _tightened(tightening: Tightening, deny: int) -> list[bytes]:
+    """socket(family, …) and prctl(PR_SET_DUMPABLE, …), with the call's number loaded."""
+    families = [AF_UNIX] + ([AF_INET, AF_INET6, AF_NETLINK] if tightening.tcp else [])
+    code = [_statement(BPF_JEQ_K, SOCKET_X86_64, 0, 2 + 2 * len(families)),
+            _statement(BPF_LD_W_ABS, _ARG0_LOW)]
+    for family in families:
+        code += [_statement(BPF_JEQ_K, family, 0, 1),
+                 _statement(BPF_RET_K, SECCOMP_RET_ALLOW)]
+    code.append(_statement(BPF_RET_K, deny))
+    code += [_statement(BPF_JEQ_K, PRCTL_X86_64, 0, 4),
+             _statement(BPF_LD_W_ABS, _ARG0_LOW),
+             _statement(BPF_JEQ_K, PR_SET_DUMPABLE, 0, 1),
+             _statement(BPF_RET_K, deny),
+             _statement(BPF_RET_K, SECCOMP_RET_ALLOW)]
+    return code
+
+
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install() -> None:
+def install(tightening: Tightening | None = None) -> None:
     """``no_new_privs``, then the filter, for this process and everything it starts.
     Raises ``OSError`` when the kernel refuses."""
     reason = available()
@@ -140,7 +193,7 @@ def install() -> None:
         raise OSError(errno.ENOSYS, reason)
     libc = c_library()
     check_call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    code = program()
+    code = program(tightening)
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     check_call(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0),

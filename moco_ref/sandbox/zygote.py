@@ -39,6 +39,14 @@ sandboxed, the submission as a tar stream — passed as file descriptors) the pr
   from the limit in force when it was made, stays the zygote's: one job's threads do not
   count against another's.
 
+With ``--confined RULES`` (the confined rung, where no namespace can be made) the zygote runs
+as the grader's user with a clean environment and a copied view of the observing side; a
+job's supervisor makes its scratch folder (owned by the job's own uid when it has one),
+watches as that uid (``setfsuid``: its ``/proc`` files need no ``CAP_SYS_PTRACE``), treats a
+process of the job it cannot read twice in a row as over its limits, and at the end kills
+every process of the job's uid; the worker becomes that uid, unpacks the submission and
+takes ``confine.confine_in_place`` (Landlock over ``RULES`` and its scratch, seccomp).
+
 The zygote is a child subreaper too: a process whose supervisor was killed is re-parented to
 it, and any child of the zygote that is not a live supervisor is killed with its descendants.
 The control socket is a socketpair inherited from the grader (no path anyone else can open);
@@ -205,14 +213,15 @@ def _threads() -> int:
         return 1
 
 
-def serve(control_fd: int, sandboxed: bool = False) -> int:
+def serve(control_fd: int, sandboxed: bool = False, confined: bool = False) -> int:
     sock = socket.socket(fileno=control_fd)
     # Nothing from the folder the grader runs in is importable by a submission.
     sys.path[:] = [entry for entry in sys.path if entry not in ("", os.getcwd())]
     started = time.monotonic()
     preload = _preload()
     sealing = _seal_devices() if sandboxed else ""
-    isolation, isolation_error = ("", sealing) if sealing else _probe_isolation(sandboxed)
+    isolation, isolation_error = ("", sealing) if sealing else \
+        _probe_confinement() if confined else _probe_isolation(sandboxed)
     subreaper = procs.prctl(procs.PR_SET_CHILD_SUBREAPER, 1)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -396,6 +405,15 @@ def _supervise(request: dict, fds: list[int]) -> int:
                                "swept": 0})
             return 0
         isolation = SANDBOXED
+    confined = request.get("confined")
+    if confined:
+        try:
+            held = _confined_scratch(request["scratch"], confined)
+        except OSError as exc:
+            writer.send(EXIT, {"status": None, "isolation": "", "note": f"the job's scratch "
+                               f"could not be made ({exc})", "stopped": False, "swept": 0})
+            return 0
+        isolation = confined_words(confined)
     procs.prctl(procs.PR_SET_CHILD_SUBREAPER, 1)
     for number in (signal.SIGTERM, signal.SIGCHLD):  # handled, not ignored: so that the
         signal.signal(number, lambda *_: None)  # sigtimedwait below sees them
@@ -423,7 +441,11 @@ def _supervise(request: dict, fds: list[int]) -> int:
     _close(BUNDLE_FD)  # the job's init has it for the worker
     status, stopped, raw = None, False, None
     watch = JobWatch(os.getpid(), request.get("memory_mb"), request.get("cpu_seconds"),
-                     held=held, not_counted={child} if in_namespace else set())
+                     held=held, not_counted={child} if in_namespace else set(),
+                     strict_uid=_job_user(confined))
+    job_uid = (confined or {}).get("uid")
+    if job_uid:  # read the job's /proc files as its own user: no CAP_SYS_PTRACE needed
+        _set_file_user(int(job_uid), int(confined["gid"]))
     while raw is None and not watch.exceeded:
         taken = signal.sigtimedwait(waited, WATCH_SECONDS)
         if taken is not None and taken.si_signo == signal.SIGTERM:
@@ -440,18 +462,27 @@ def _supervise(request: dict, fds: list[int]) -> int:
     if in_namespace and raw is not None:
         reported = os.read(status_r, 16)
         status = int(reported) if reported.strip() else None
+    if job_uid:
+        _set_file_user(0, 0)
     me = os.getpid()
     token = request["token"]
     swept = procs.kill_until_gone(
-        lambda: procs.job_members(roots=[me], sessions=[me], token=token), deadline_seconds=10
+        lambda: procs.job_members(roots=[me], sessions=[me], token=token)
+        | (procs.processes_of_user(int(job_uid)) if job_uid else set()), deadline_seconds=10
     )
     procs.reap_children()
+    if confined:
+        import shutil
+
+        shutil.rmtree(request["scratch"], ignore_errors=True)
     try:
         writer.send(EXIT, {"status": status, "isolation": isolation, "note": note,
                            "stopped": stopped, "swept": swept, "limit": watch.exceeded,
                            "peak_rss_mb": round(watch.peak_rss / 2**20, 1),
                            "peak_tasks": watch.peak_tasks,
-                           "cpu_seconds": round(watch.cpu, 2)})
+                           "cpu_seconds": round(watch.cpu, 2),
+                           "run_queue_seconds": None if watch.run_queue is None
+                           else round(watch.run_queue, 2)})
     except OSError:
         pass
     return 0
@@ -471,23 +502,58 @@ class JobWatch:
     sandboxed job, its tmpfs and unattached System V segments (``jobspace.held_bytes``). A
     memory file both open and mapped in different processes may count twice: the sum errs
     high, never low. Processes and threads are counted over the job's processes but
-    ``not_counted`` (the job's init)."""
+    ``not_counted`` (the job's init).
+
+    Beside its CPU time, the time its threads spent runnable but waiting for a CPU
+    (``run_queue``, summed over every thread seen): the EXIT frame carries both, so the
+    grader can tell a job starved by others from one that slept (``attempt.starvation``)."""
 
     def __init__(self, supervisor: int, memory_mb: int | None, cpu_seconds: float | None, *,
                  held=None, not_counted: set[int] = frozenset(),
-                 max_tasks: int = MAX_PROCESSES):
+                 max_tasks: int = MAX_PROCESSES, strict_uid: int | None = None):
         self.supervisor = supervisor
         self.memory = int(memory_mb) * 2**20 if memory_mb else None
         self.cpu_limit = float(cpu_seconds) if cpu_seconds else None
         self.held = held
         self.not_counted = set(not_counted)
         self.max_tasks = max_tasks
+        # the confined rung: a process of the job's user that the watch cannot read is over
+        self.strict_uid = strict_uid
+        self._hidden: set[int] = set()
         self.exceeded = ""
         self.peak_rss = 0
         self.peak_tasks = 0
         self.cpu = 0.0
+        # seconds the job's threads were runnable but waiting for a CPU (None: the kernel
+        # keeps no schedstat here); the grader tells starvation from sleep by it
+        self.run_queue: float | None = None
+        self._waits: dict[tuple[int, int], int] = {}  # (pid, tid) -> run-queue ns last read
+        self._waits_ended = 0  # ns of threads whose tid came back as a new thread
         self._tick = os.sysconf("SC_CLK_TCK")
         self._page = os.sysconf("SC_PAGE_SIZE")
+
+    def add_run_queue(self, members) -> None:
+        """Add up the run-queue wait of every thread of ``members``
+        (``/proc/PID/task/TID/schedstat``: time on the CPU, time waiting on a run queue, in
+        ns). A thread's figure is kept after it ends, so the sum never shrinks."""
+        for pid in members:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as handle:
+                        waited = int(handle.read().split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                key = (pid, int(tid))
+                before = self._waits.get(key, 0)
+                if waited < before:  # the tid was reused by a new thread
+                    self._waits_ended += before
+                self._waits[key] = waited
+        if self._waits:
+            self.run_queue = (self._waits_ended + sum(self._waits.values())) / 1e9
 
     def _proportional(self, pid: int) -> int:
         """The process's proportional set size (its resident set when that cannot be read)."""
@@ -508,15 +574,19 @@ class JobWatch:
             return 0
 
     @staticmethod
-    def memory_files(members, *, unmapped_only: bool = False) -> int:
+    def memory_files(members, *, unmapped_only: bool = False, unreadable=None) -> int:
         """The bytes allocated to the distinct memory files (``memfd``) ``members`` hold open;
         with ``unmapped_only``, of those none of them maps (a mapping's pages are in its
         proportional set size)."""
         files: dict[tuple[int, int], int] = {}
+        unreadable = set() if unreadable is None else unreadable
         for pid in members:
             folder = f"/proc/{pid}/fd"
             try:
                 names = os.listdir(folder)
+            except PermissionError:
+                unreadable.add(pid)
+                continue
             except OSError:
                 continue
             for name in names:
@@ -540,15 +610,23 @@ class JobWatch:
         tasks = sum(table[pid].threads for pid in members if pid not in self.not_counted)
         outside = self.held() if self.held is not None else 0
         # cheap, and never below the exact sum: resident sets, every memory file held
+        hidden: set[int] = set()
         memory = sum(self._resident(pid) for pid in members) + outside + \
-            self.memory_files(members)
+            self.memory_files(members, unreadable=hidden)
         if self.memory and memory > self.memory:  # only then the exact, costlier sum
             memory = sum(self._proportional(pid) for pid in members) + outside + \
                 self.memory_files(members, unmapped_only=True)
         self.peak_rss = max(self.peak_rss, memory)
         self.peak_tasks = max(self.peak_tasks, tasks)
         self.cpu = max(self.cpu, cpu)
-        if self.memory and memory > self.memory:
+        self.add_run_queue(members)
+        # (an exec makes a process unreadable for an instant: twice in a row is no accident)
+        hidden = {pid for pid in hidden if procs.alive(pid) and _real_uid(pid) == self.strict_uid}
+        hidden_before, self._hidden = self._hidden, hidden
+        if self.strict_uid is not None and hidden & hidden_before:
+            self.exceeded = ("watch: a process of the job made itself unreadable to its "
+                             "supervisor (its memory could not be counted)")
+        elif self.memory and memory > self.memory:
             # no measured figures in the words: the same submission, the same report
             self.exceeded = ("memory: the job's processes held more than its "
                              f"{self.memory / 2**20:.0f} MB together (--memory-mb; memory "
@@ -628,6 +706,12 @@ def _worker(request: dict) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
     os.environ[procs.TOKEN_VARIABLE] = request["token"]
     scratch = request["scratch"]  # the only writable folder when sandboxed
+    confined = request.get("confined")
+    if confined and confined.get("uid"):  # first: what it makes below is its own
+        from moco_ref.sandbox import confine
+
+        confine.become_job_user(int(confined["uid"]), int(confined["gid"]))
+        resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
     temporary = os.path.join(scratch, "tmp")
     os.makedirs(temporary, exist_ok=True)
     os.makedirs(os.path.join(scratch, "work"), exist_ok=True)
@@ -641,6 +725,12 @@ def _worker(request: dict) -> None:
         confine.confine()  # uid 65534, no capabilities, no_new_privs, the seccomp filter
         # after: counted in the job's own user namespace, under the zygote's ceiling
         resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+    elif confined:
+        _unpack(BUNDLE_FD, os.path.join(scratch, "submission"))
+        cpu = request.get("cpu_seconds")
+        if cpu:
+            resource.setrlimit(resource.RLIMIT_CPU, (int(cpu), int(cpu) + 5))
+        _confine_in_place(scratch, confined)
     os.environ["TMPDIR"] = temporary
     import tempfile
 
@@ -649,6 +739,106 @@ def _worker(request: dict) -> None:
     from moco_ref.observe.worker import run_job
 
     run_job(request, CHANNEL_FD)
+
+
+# --------------------------------------------------------------------------- the confined rung
+
+CONFINED_RULES: list = []  # [path, access] the confined zygote's jobs may use (--confined)
+CONFINED_BASE = ("confined (no namespaces here): Landlock ABI {abi} (read-only system, "
+                 "Python and observer; read-write only the job's scratch), {user}, "
+                 "no_new_privs, seccomp filter, rlimits, its own session")
+
+
+def confined_words(confined: dict) -> str:
+    """The confined rung's isolation, in words, for a job's report."""
+    from moco_ref.sandbox import landlock
+
+    user = (f"uid {confined['uid']} of its own (unprivileged)" if confined.get("uid") else
+            "uid 0 without capabilities" if os.geteuid() == 0 else
+            f"the grader's uid {os.geteuid()}")
+    return CONFINED_BASE.format(abi=landlock.abi(), user=user)
+
+
+def _job_user(confined: dict | None) -> int | None:
+    """The uid a confined job's processes run as (None: not confined)."""
+    if not confined:
+        return None
+    return int(confined["uid"]) if confined.get("uid") else os.geteuid()
+
+
+def _real_uid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _confined_scratch(folder: str, confined: dict):
+    """The job's scratch (its only writable folder), its user's; returns what its watch
+    counts as held outside its processes: the scratch's bytes and its user's ``/dev/shm``
+    files."""
+    os.mkdir(folder, 0o700)
+    uid = confined.get("uid")
+    if uid:
+        os.chown(folder, int(uid), int(confined["gid"]))
+    return lambda: _folder_bytes(folder) + (_shared_memory_bytes(int(uid)) if uid else 0)
+
+
+MAX_WATCHED_FILES = 20000
+
+
+def _folder_bytes(folder: str) -> int:
+    """The bytes the files below ``folder`` occupy (the first ``MAX_WATCHED_FILES``)."""
+    total, seen, todo = 0, 0, [folder]
+    while todo and seen < MAX_WATCHED_FILES:
+        try:
+            entries = list(os.scandir(todo.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += info.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                todo.append(entry.path)
+    return total
+
+
+def _shared_memory_bytes(uid: int) -> int:
+    total = 0
+    try:
+        for entry in os.scandir("/dev/shm"):
+            info = entry.stat(follow_symlinks=False)
+            if info.st_uid == uid:
+                total += info.st_blocks * 512
+    except OSError:
+        pass
+    return total
+
+
+def _set_file_user(uid: int, gid: int) -> None:
+    """The supervisor's file-system ids (its real and effective ids stay root's)."""
+    from moco_ref.sandbox.clib import c_library
+
+    library = c_library()
+    library.setfsgid(gid)
+    library.setfsuid(uid)
+
+
+def _confine_in_place(scratch: str, confined: dict) -> None:
+    from moco_ref.sandbox import confine, landlock
+
+    rules = [landlock.Rule(path, int(access)) for path, access in CONFINED_RULES]
+    rules.append(landlock.Rule(scratch, landlock.WRITE))
+    confine.confine_in_place(rules, tcp=bool(confined.get("tcp")),
+                             still_root=not confined.get("uid") and os.geteuid() == 0)
 
 
 def _unpack(fd: int, folder: str) -> None:
@@ -698,6 +888,41 @@ def _probe_isolation(sandboxed: bool) -> tuple[str, str]:
     return "", message.split(":", 1)[-1] or "the probe job died"
 
 
+def _probe_confinement() -> tuple[str, str]:
+    """``(words, "")`` when a throwaway process can take the confined rung's confinement here
+    (Landlock, no_new_privs, seccomp) and then cannot list ``/``; ``("", reason)`` when not."""
+    from moco_ref.sandbox import landlock
+
+    version = landlock.abi()
+    if version <= 0:
+        return "", ("no Landlock here (the kernel has none, or the container's seccomp "
+                    "profile refuses its calls)")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(read_end)
+        try:
+            from moco_ref.sandbox import confine
+
+            confine.confine_in_place([], tcp=False, still_root=os.geteuid() == 0)
+            try:
+                os.listdir("/")
+                message = "no:Landlock did not hold (/ could still be listed)"
+            except PermissionError:
+                message = "ok:"
+        except BaseException as exc:  # noqa: BLE001
+            message = f"no:{type(exc).__name__}: {exc}"
+        os.write(write_end, message.encode()[:500])
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as handle:
+        message = handle.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    if message.startswith("ok:"):
+        return CONFINED_BASE.format(abi=version, user="{user}"), ""
+    return "", message.split(":", 1)[-1] or "the probe process died"
+
+
 def _devices_refused() -> bytes:
     """``b"ok:"`` when a confined process cannot change a device node (a chmod to the mode it
     has already: a no-op where it is allowed)."""
@@ -718,8 +943,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="the control socket")
     parser.add_argument("--sandboxed", action="store_true",
                         help="running inside the bwrap sandbox: jobs get their own namespaces")
+    parser.add_argument("--confined", metavar="RULES",
+                        help="the confined rung: JSON [[path, access], ...] every job may use")
     args = parser.parse_args(argv)
-    return serve(args.fd, args.sandboxed)
+    if args.confined:
+        CONFINED_RULES[:] = json.loads(args.confined)
+    return serve(args.fd, args.sandboxed, confined=bool(args.confined))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,6 @@ def test_doctor_in_processes_mode_runs_as_the_grader(monkeypatch, capsys):
     monkeypatch.setenv(client.ISOLATION_VARIABLE, "processes")
     assert main(["doctor"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("isolation: processes")
+    assert text.startswith("rung in force: processes\nisolation: processes")
     assert re.search(rf"^  uid +{os.getuid()}$", text, re.MULTILINE), text
     assert f"host uid of the submission's processes: {os.getuid()} (the grader's own" in text

@@ -1,5 +1,6 @@
-"""Which isolation grades a submission: bwrap by default, refused in one line where it cannot
-run, ``--isolation processes`` only when asked for, and the report says which was in force."""
+"""Which isolation grades a submission: the ladder's strongest rung by default (bwrap, else
+confined), refused in one line only where no rung can run, ``--isolation processes`` only
+when asked for, and the report says which was in force."""
 
 from __future__ import annotations
 
@@ -63,3 +64,34 @@ def test_the_default_isolation_is_bwrap_and_the_report_says_so(capsys):
     report = report["reports"][0]
     assert report["isolation"].startswith("bwrap: ") and "seccomp" in report["isolation"]
     assert report["score"] == report["max_score"]
+
+
+def test_the_ladder_falls_to_the_confined_rung_when_bwrap_cannot_run(tmp_path, monkeypatch,
+                                                                     capsys, no_zygotes):
+    """bwrap refused (as in a default container) and the default isolation: the confined
+    rung grades, and the report names it."""
+    monkeypatch.setenv(client.ISOLATION_VARIABLE, "sandbox")
+    fake = _fake_bwrap(tmp_path, NO_USERNS)
+    monkeypatch.setattr(bwrap, "executable", lambda: fake)
+    assert main(["grade", "--json", EXAMPLE]) == 0
+    report = json.loads(capsys.readouterr().out)["reports"][0]
+    assert report["isolation"].startswith("confined (no namespaces here): Landlock ABI")
+    assert report["score"] == 100
+
+
+def test_grading_is_refused_naming_every_rung_when_none_can_start(tmp_path, monkeypatch,
+                                                                  capsys, no_zygotes):
+    monkeypatch.setenv(client.ISOLATION_VARIABLE, "sandbox")
+    fake = _fake_bwrap(tmp_path, NO_USERNS)
+    monkeypatch.setattr(bwrap, "executable", lambda: fake)
+
+    def no_landlock(self, *args):
+        raise OSError(38, "Landlock is not available here")
+
+    monkeypatch.setattr(client.Zygote, "_confined_start", no_landlock)
+    assert main(["grade", EXAMPLE]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert "no rung of the isolation ladder can start here" in err
+    assert "bwrap: " in err and "No permissions to create a new namespace" in err
+    assert "confined: " in err and "Landlock is not available here" in err
