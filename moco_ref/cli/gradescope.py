@@ -5,7 +5,9 @@
   writes the zip to upload to Gradescope;
 - ``test ZIP SUBMISSION [--keep DIR]`` runs it on one submission as Gradescope would (without
   ``setup.sh``) and validates its ``results.json``: exit 0 valid, 1 invalid, 2 bad input;
-- ``run [--root DIR]`` is what the zip's ``run_autograder`` calls on Gradescope.
+- ``run [--root DIR] [--metadata FILE]`` is what the zip's ``run_autograder`` calls on
+  Gradescope; what only the staff should read (why nothing was graded, a rubric total that is
+  not the assignment's ``total_points``) goes to its stderr, never into ``results.json``.
 """
 
 from __future__ import annotations
@@ -51,7 +53,13 @@ def add_parser(subparsers) -> None:
     run.add_argument("--root", metavar="DIR",
                      help="the autograder's root (default $MOCO_REF_AUTOGRADER_ROOT or "
                           "/autograder)")
+    run.add_argument("--metadata", metavar="FILE",
+                     help="Gradescope's submission metadata (default "
+                          "$MOCO_REF_SUBMISSION_METADATA or ROOT/submission_metadata.json)")
     run.set_defaults(run=run_run)
+
+
+GRADESCOPE_DEFAULT_MB = 768  # the memory of Gradescope's default autograder container
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -62,7 +70,14 @@ def run_build(args: argparse.Namespace) -> int:
                                  timeout=args.timeout, wheel=args.wheel)
     except AutograderError as exc:
         return usage_error(str(exc))
+    from moco_ref.tools.autograder import RUN_NEEDS
+
     print(f"wrote {built.path} ({', '.join(built.members)})")
+    fits = RUN_NEEDS.container_mb <= GRADESCOPE_DEFAULT_MB
+    print(f"one grading run needs {RUN_NEEDS.text()} (Gradescope's default container has "
+          f"{GRADESCOPE_DEFAULT_MB} MB: " + ("enough" if fits else
+                                            "pick a larger one in the assignment's "
+                                            "autograder settings") + ")")
     print(f"try it: moco-ref gradescope test {built.path} SUBMISSION")
     return EXIT_OK
 
@@ -117,7 +132,7 @@ def run_run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     try:
-        ran = grade_in_autograder(args.root)
+        ran = grade_in_autograder(args.root, metadata=args.metadata)
     except RubricError as exc:
         write_failure_results(args.root, time.monotonic() - started)
         return usage_error(f"the autograder's rubric: {exc}")
@@ -128,6 +143,8 @@ def run_run(args: argparse.Namespace) -> int:
     report = ran.report
     if ran.problem:
         print(f"moco-ref: error: {ran.problem}", file=sys.stderr)
+    for note in ran.staff_notes:
+        print(f"moco-ref: {note}", file=sys.stderr)
     tests = ran.data["tests"]
     failed = sum(1 for test in tests if test["status"] != "passed")
     verdict = (f"score {ran.data['score']:g}/{report.max_score:g}" if report.gradable

@@ -16,6 +16,7 @@ from moco_ref.cli import export as export_cli
 from moco_ref.cli import golden as golden_cli
 from moco_ref.cli import grade as grading_cli
 from moco_ref.cli import gradescope as gradescope_cli
+from moco_ref.cli import prairielearn as prairielearn_cli
 from moco_ref.cli import refactor as refactor_cli
 from moco_ref.cli import rubric as rubric_cli
 from moco_ref.cli import sensitivity as sensitivity_cli
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     sensitivity_cli.add_parser(subparsers)
     rubric_cli.add_parser(subparsers)
     gradescope_cli.add_parser(subparsers)  # gradescope build, test, run
+    prairielearn_cli.add_parser(subparsers)  # prairielearn build, test, run
     diff_grades_cli.add_parser(subparsers)
     class_report_cli.add_parser(subparsers)
     export_cli.add_parser(subparsers)

@@ -15,11 +15,13 @@ Gradescope's text is Markdown (``output_format: "md"``); what the submission or 
 goes into fenced code blocks, so it is shown as written and never read as Markdown or HTML
 (the student-safe text is ``moco_ref.report.text``'s).
 ``gradescope_problems`` checks a results dict against the JSON schema of Gradescope's format
-(``schemas/gradescope_results.schema.json``).
+(``schemas/gradescope_results.schema.json``), ``prairielearn_problems`` against PrairieLearn's
+(``schemas/prairielearn_results.schema.json``, plus its 1 MB limit).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from pathlib import Path
@@ -43,6 +45,10 @@ from moco_ref.report.text import (
 )
 
 GRADESCOPE_SCHEMA_PATH = Path(__file__).with_name("schemas") / "gradescope_results.schema.json"
+PRAIRIELEARN_SCHEMA_PATH = (Path(__file__).with_name("schemas")
+                            / "prairielearn_results.schema.json")
+PRAIRIELEARN_MAX_BYTES = 1_000_000  # PrairieLearn's limit on results.json
+IMAGE_BUDGET_BYTES = 600_000  # the figures' share of it (base64 included)
 NOT_GRADABLE_TEST = "submission loads and runs"
 _STATUS_LEAD = {
     Status.FAILED: "**Failed.**",
@@ -201,17 +207,21 @@ def gradescope_schema() -> dict:
     return json.loads(GRADESCOPE_SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
-def gradescope_problems(data) -> list[str]:
-    """What makes ``data`` no valid Gradescope results (one line each; [] when valid).
-    Needs ``jsonschema`` (installed with nbformat)."""
+def _schema_problems(data, schema: dict) -> list[str]:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(gradescope_schema())
+    validator = jsonschema.Draft202012Validator(schema)
     problems = []
     for error in sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path)):
         where = "/".join(str(part) for part in error.absolute_path) or "(top level)"
         problems.append(f"{where}: {error.message}")
     return problems
+
+
+def gradescope_problems(data) -> list[str]:
+    """What makes ``data`` no valid Gradescope results (one line each; [] when valid).
+    Needs ``jsonschema`` (installed with nbformat)."""
+    return _schema_problems(data, gradescope_schema())
 
 
 # --------------------------------------------------------------------------- PrairieLearn
@@ -224,14 +234,18 @@ def prairielearn_results(
     rubric: Rubric | None = None,
     *,
     submission_root: Path | str | None = None,
+    draw_figures: bool = False,
 ) -> dict:
     """PrairieLearn's external-grader results: ``gradable``, ``score`` (a fraction in [0,
     1]), ``message``, ``output`` and ``tests[]`` (``name``, ``description``, ``points``,
-    ``max_points``, ``message``, ``output``), student-safe like Gradescope's.
+    ``max_points``, ``message``, ``output``, and with ``draw_figures`` the ``images`` of a
+    visible check that did not pass, within ``IMAGE_BUDGET_BYTES``), student-safe like
+    Gradescope's.
 
     PrairieLearn shows every test: a check the rubric does not make ``visible`` keeps its
     name and points, its evidence is left out. A submission that is not gradable is
-    ``gradable: false`` (PrairieLearn then awards nothing) with the reason as the message."""
+    ``gradable: false`` (PrairieLearn then awards nothing and charges no attempt) with the
+    reason as the message and as its one ``format_errors`` entry."""
     rubric = rubric or DEFAULT_RUBRIC
     root = Path(submission_root) if submission_root is not None else submission_folder(report)
     name = shown_name(submission_name(report, root))
@@ -247,9 +261,11 @@ def prairielearn_results(
             "score": 0.0,
             "message": f"{name} could not be graded: {reason}",
             "output": "\n\n".join(part for part in (trace, output) if part),
+            "format_errors": [reason],
             "tests": [],
         }
     tests = []
+    budget = [IMAGE_BUDGET_BYTES]
     for result in _listed(report):
         shown = rubric.visibility_of(result.check_id) == "visible"
         message = student_text(result.message, root).strip()
@@ -260,14 +276,18 @@ def prairielearn_results(
         else:
             text = f"{result.status.value}: {one_line_reason(message) or result.status.value}"
             details = "" if result.status is Status.NOT_JUDGED else message
-        tests.append({
+        test = {
             "name": f"{result.check_id}: {result.title}",
             "description": f"family {result.family}",
             "points": _points(result.points),
             "max_points": _points(result.max_points),
             "message": text,
             "output": details,
-        })
+        }
+        images = _images(result, budget) if shown and draw_figures else []
+        if images:
+            test["images"] = images
+        tests.append(test)
     fraction = report.score / report.max_score if report.max_score > 0 else 0.0
     fraction = min(1.0, max(0.0, fraction)) if math.isfinite(fraction) else 0.0
     summary = (f"moco-ref {__version__} graded {name} (style {report.style}): "
@@ -284,6 +304,28 @@ def prairielearn_results(
     }
 
 
+def _images(result: CheckResult, budget: list[int]) -> list[dict]:
+    """The figures of a check that did not pass (``report.figures``; none without matplotlib
+    or evidence), as PrairieLearn's ``images`` while ``budget[0]`` bytes are left."""
+    if result.status is Status.PASSED:
+        return []
+    from moco_ref.report import figures
+
+    try:
+        drawn = figures.check_figures(result.details) if figures.wants_figure(
+            result.details) else []
+    except Exception:  # noqa: BLE001 - a figure is a bonus: the results go without it
+        return []
+    images = []
+    for caption, png in drawn:
+        url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        if len(url) + len(caption) > budget[0]:
+            break
+        budget[0] -= len(url) + len(caption)
+        images.append({"label": caption, "url": url})
+    return images
+
+
 def write_prairielearn(
     report: SubmissionReport,
     path,
@@ -293,3 +335,27 @@ def write_prairielearn(
 ) -> None:
     data = prairielearn_results(report, rubric, submission_root=submission_root)
     Path(path).write_text(dumps_strict(data), encoding="utf-8")
+
+
+def prairielearn_schema() -> dict:
+    return json.loads(PRAIRIELEARN_SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def prairielearn_problems(data) -> list[str]:
+    """What makes ``data`` no valid PrairieLearn external-grading results (one line each; []
+    when valid): its JSON schema, the 1 MB limit, and no test above its ``max_points``.
+    Needs ``jsonschema``."""
+    problems = _schema_problems(data, prairielearn_schema())
+    size = len(json.dumps(data, ensure_ascii=False).encode("utf-8"))
+    if size > PRAIRIELEARN_MAX_BYTES:
+        problems.append(f"(top level): {size} bytes, over PrairieLearn's "
+                        f"{PRAIRIELEARN_MAX_BYTES} byte limit")
+    tests = data.get("tests") if isinstance(data, dict) else None
+    for index, test in enumerate(tests if isinstance(tests, list) else []):
+        if not isinstance(test, dict):
+            continue
+        points, most = test.get("points"), test.get("max_points")
+        if (isinstance(points, int | float) and isinstance(most, int | float)
+                and points > most + 1e-9):
+            problems.append(f"tests/{index}: points {points:g} above max_points {most:g}")
+    return problems

@@ -7,10 +7,17 @@ virtual environment with CPU torch and the moco-ref wheel inside the zip), ``run
 ``rubric.toml``, ``moco-ref-autograder.json`` (style and timeout) and ``wheels/`` (this
 version of moco-ref). Everything lives under ``/autograder`` — or under
 ``$MOCO_REF_AUTOGRADER_ROOT``, which is how ``try_autograder`` runs it in a temporary tree.
+
+What grading one submission needs (``RUN_NEEDS``: memory and seconds, measured) is stated by
+the build; when Gradescope's ``submission_metadata.json`` is there, a rubric total other than
+the assignment's ``total_points`` is told to the staff (the run's stderr), never in
+``results.json``. The PrairieLearn package (``moco_ref.tools.prairielearn``) reuses the
+wheel, the rubric file, the submission finder and the grading core of this module.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import importlib.util
 import json
@@ -33,6 +40,8 @@ from moco_ref.judge.rubric import DEFAULT_FAMILY_WEIGHTS, DEFAULT_RUBRIC, Rubric
 from moco_ref.probe.options import STYLES, GradeOptions
 
 ROOT_VARIABLE = "MOCO_REF_AUTOGRADER_ROOT"
+METADATA_VARIABLE = "MOCO_REF_SUBMISSION_METADATA"  # Gradescope's metadata file (tests)
+METADATA_NAME = "submission_metadata.json"
 PYTHON_VARIABLE = "MOCO_REF_PYTHON"  # the interpreter run_autograder uses (default: the venv's)
 DEFAULT_ROOT = "/autograder"
 CONFIG_NAME = "moco-ref-autograder.json"
@@ -46,6 +55,48 @@ _SKIPPED_FILES = {"setup.py", "conftest.py"}
 
 class AutograderError(ValueError):
     """Input the autograder commands cannot use, said in one line (exit 2)."""
+
+
+@dataclass(frozen=True)
+class RunNeeds:
+    """What grading one submission needs, measured once (a constant, not a live figure)."""
+
+    peak_mb: int  # peak memory: PSS summed over grader, warm process and job
+    max_rss_mb: int  # the largest single process's peak RSS (``/usr/bin/time -v``)
+    seconds: int  # wall clock of one whole run of a correct submission, start-up included
+    how: str
+
+    @property
+    def container_mb(self) -> int:
+        """The memory to give the platform's container: the peak and a quarter, rounded up."""
+        return _rounded_up(self.peak_mb * 1.25, 256)
+
+    def text(self) -> str:
+        """What one run needs, in one line for the staff who size the platform's container."""
+        return (f"about {self.peak_mb} MB of memory at its peak and about {self.seconds} s "
+                f"per submission ({self.how}); give the container at least "
+                f"{self.container_mb} MB")
+
+    def as_dict(self) -> dict:
+        return {"peak_memory_mb": self.peak_mb, "max_rss_mb": self.max_rss_mb,
+                "seconds": self.seconds, "measured": self.how}
+
+
+def _rounded_up(value: float, step: int) -> int:
+    return int(-(-value // step) * step)
+
+
+# Measured on 2 cores with CPU torch (as setup.sh installs it): `/usr/bin/time -v moco-ref
+# grade examples/submissions/correct_lab_order.py` (max RSS 297 MB, 4.7 s) and the PSS of the
+# whole process tree sampled every 50 ms (`python benchmarks/memory_peak.py -- python -m
+# moco_ref.cli grade …`: 446-501 MB). The package registry's default torch wheel (CUDA
+# libraries) needs about 840 MB: the autograder never installs it. Measure again when
+# grading's memory changes.
+RUN_NEEDS = RunNeeds(
+    peak_mb=500, max_rss_mb=297, seconds=6,
+    how="measured on 2 cores with CPU torch, as the autograder installs it: moco-ref grade "
+        "examples/submissions/correct_lab_order.py, PSS summed over the grader, its warm "
+        "process and the job")
 
 
 # --------------------------------------------------------------------------- the scripts
@@ -149,7 +200,11 @@ def build_wheel(dest: Path) -> Path:
     command = [sys.executable, "-m", "pip", "wheel", str(root), "--no-deps", "-q", "-w", str(dest)]
     if importlib.util.find_spec("setuptools") is not None:
         command.insert(5, "--no-build-isolation")
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    # pip builds in the checkout (build/, *.egg-info): two builds at once would trip each other
+    lock_path = Path(tempfile.gettempdir()) / "moco-ref-wheel-build.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
     wheels = sorted(dest.glob("moco_ref-*.whl"))
     if done.returncode != 0 or not wheels:
         last = (done.stderr.strip().splitlines() or ["no wheel was written"])[-1]
@@ -167,7 +222,9 @@ def _checked_wheel(path: Path) -> Path:
     return path
 
 
-def _torch_requirement() -> str:
+def torch_requirement() -> str:
+    """The installed torch and torchvision, pinned (``torch==X torchvision==Y``), for a CPU
+    wheel index; a bare name when one is not installed."""
     pins = []
     for name in ("torch", "torchvision"):
         try:
@@ -187,35 +244,51 @@ class BuildResult:
     config: dict
 
 
-def build_autograder(out, *, rubric_path=None, style: str | None = None,
-                     timeout: float | None = None, wheel=None) -> BuildResult:
-    """Write the autograder zip to ``out``; ``AutograderError`` for unusable input."""
-    from moco_ref.judge.rubric import RubricError
-
+def checked_choices(style: str | None, timeout: float | None) -> None:
+    """``AutograderError`` when ``style`` or ``timeout`` (seconds per submission) is unusable."""
     if style is not None and style not in STYLES:
         raise AutograderError(f"--style must be one of {', '.join(STYLES)}, not {style!r}")
     if timeout is not None and not timeout > 0:
         raise AutograderError(f"--timeout must be > 0, not {timeout:g}")
-    if rubric_path is not None:
-        try:
-            rubric = load_rubric(rubric_path)
-        except RubricError as exc:
-            raise AutograderError(f"--rubric: {exc}") from None
-        rubric_text = Path(rubric_path).read_text(encoding="utf-8")
-    else:
-        rubric, rubric_text = DEFAULT_RUBRIC, rubric_toml(DEFAULT_RUBRIC)
+
+
+def course_rubric(rubric_path=None) -> tuple[Rubric, str]:
+    """The course's rubric and the TOML text to bundle: the file given (as written), or
+    moco-ref's default written out; ``AutograderError`` when the file is unusable."""
+    from moco_ref.judge.rubric import RubricError
+
+    if rubric_path is None:
+        return DEFAULT_RUBRIC, rubric_toml(DEFAULT_RUBRIC)
+    try:
+        rubric = load_rubric(rubric_path)
+    except RubricError as exc:
+        raise AutograderError(f"--rubric: {exc}") from None
+    return rubric, Path(rubric_path).read_text(encoding="utf-8")
+
+
+def bundled_wheel(wheel, scratch: Path) -> Path:
+    """The moco-ref wheel to bundle: ``wheel`` (checked: a moco_ref wheel of this version) or
+    one built from this checkout into ``scratch``."""
+    return _checked_wheel(Path(wheel)) if wheel else build_wheel(Path(scratch))
+
+
+def build_autograder(out, *, rubric_path=None, style: str | None = None,
+                     timeout: float | None = None, wheel=None) -> BuildResult:
+    """Write the autograder zip to ``out``; ``AutograderError`` for unusable input."""
+    checked_choices(style, timeout)
+    rubric, rubric_text = course_rubric(rubric_path)
     out = Path(out)
     if out.is_dir():
         raise AutograderError(f"--out {out} is a folder: give the zip file to write")
     config = {"moco_ref_version": __version__, "style": style,
               "timeout": timeout if timeout is not None else GradeOptions.timeout,
-              "rubric": RUBRIC_NAME}
+              "rubric": RUBRIC_NAME, "needs": RUN_NEEDS.as_dict()}
     with tempfile.TemporaryDirectory(prefix="moco-ref-wheel-") as scratch:
-        wheel_path = _checked_wheel(Path(wheel)) if wheel else build_wheel(Path(scratch))
+        wheel_path = bundled_wheel(wheel, Path(scratch))
         wheel_member = f"{WHEELS}/{wheel_path.name}"
         config["wheel"] = wheel_member
         scripts = {
-            "setup.sh": SETUP_SH.format(version=__version__, torch=_torch_requirement(),
+            "setup.sh": SETUP_SH.format(version=__version__, torch=torch_requirement(),
                                         wheel=wheel_member),
             "run_autograder": RUN_AUTOGRADER,
         }
@@ -279,14 +352,19 @@ def autograder_root(root=None) -> Path:
     return Path(root or os.environ.get(ROOT_VARIABLE) or DEFAULT_ROOT).absolute()
 
 
-def read_config(root: Path) -> tuple[dict, Rubric]:
-    source = root / "source"
+def read_config_in(folder: Path) -> tuple[dict, Rubric]:
+    """The bundled config (``moco-ref-autograder.json``) and rubric in ``folder`` (the
+    default rubric when none is there); ``RubricError`` when the rubric is unusable."""
     config: dict = {}
-    if (source / CONFIG_NAME).is_file():
-        config = json.loads((source / CONFIG_NAME).read_text(encoding="utf-8"))
-    rubric_file = source / config.get("rubric", RUBRIC_NAME)
+    if (folder / CONFIG_NAME).is_file():
+        config = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+    rubric_file = folder / config.get("rubric", RUBRIC_NAME)
     rubric = load_rubric(rubric_file) if rubric_file.is_file() else DEFAULT_RUBRIC
     return config, rubric
+
+
+def read_config(root: Path) -> tuple[dict, Rubric]:
+    return read_config_in(root / "source")
 
 
 @dataclass
@@ -295,14 +373,16 @@ class RunResult:
     results_path: Path
     data: dict
     problem: str = ""  # for the staff: why nothing was graded (not shown to students)
+    staff_notes: list[str] = field(default_factory=list)  # for the staff's log only
 
 
-def sandbox_refusal() -> str:
-    """"" when the sandbox in force can start here, else why not (one line)."""
+def sandbox_refusal(isolation: str | None = None) -> str:
+    """"" when the sandbox ``isolation`` (None: the environment's default) can start here,
+    else why not (one line)."""
     from moco_ref.sandbox.client import IsolationUnavailable, current_zygote
 
     try:
-        current_zygote()
+        current_zygote(isolation=isolation)
     except IsolationUnavailable as exc:
         return f"the sandbox cannot run here: {exc}"
     except ValueError as exc:  # a bad MOCO_REF_ISOLATION
@@ -310,21 +390,14 @@ def sandbox_refusal() -> str:
     return ""
 
 
-def grade_in_autograder(root=None) -> RunResult:
-    """What ``run_autograder`` does: grade the submission under ``root``/submission with the
-    bundled rubric and write ``root``/results/results.json (always, even when nothing could
-    be graded)."""
-    from moco_ref.report.lms import gradescope_results
-    from moco_ref.report.text import dumps_strict
-    from moco_ref.run.pipeline import grade_submission
-
-    root = autograder_root(root)
-    results = root / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    folder = root / "submission"
-    config, rubric = read_config(root)
+def grade_folder(folder: Path, config: dict, rubric: Rubric, *,
+                 isolation: str | None = None) -> tuple[SubmissionReport, str]:
+    """Grade the submission handed in as ``folder`` (its main file found by
+    ``find_submission``) with the bundled ``config`` (style, timeout) and ``rubric``.
+    Returns the report — not gradable, with a sentence for the student, when nothing could
+    be graded — and the staff's problem ("" when none): never raises for what the
+    submission is."""
     style = config.get("style")
-    problem = ""
     started = time.monotonic()
     try:
         target = find_submission(folder) if folder.is_dir() else None
@@ -333,24 +406,80 @@ def grade_in_autograder(root=None) -> RunResult:
     except NoSubmission as exc:
         report = SubmissionReport(str(folder / "submission"), style or "unknown",
                                   gradable=False, traceback=f"{exc}.")
-    else:
-        problem = sandbox_refusal()
-        if problem:
-            report = SubmissionReport(
-                str(target), style or "unknown", gradable=False,
-                traceback="The autograder could not start its sandbox, so nothing was graded; "
-                          "please tell the course staff.")
-        else:
-            options = GradeOptions(style=style, timeout=float(config.get("timeout")
-                                                              or GradeOptions.timeout),
-                                   rubric=rubric.to_pairs())
-            report = grade_submission(str(target.absolute()), options)
+        return _timed(report, started), ""
+    problem = sandbox_refusal(isolation)
+    if problem:
+        report = SubmissionReport(
+            str(target), style or "unknown", gradable=False,
+            traceback="The autograder could not start its sandbox, so nothing was graded; "
+                      "please tell the course staff.")
+        return _timed(report, started), problem
+    from moco_ref.run.pipeline import grade_submission  # torch: only when there is code
+
+    options = GradeOptions(style=style, timeout=float(config.get("timeout")
+                                                      or GradeOptions.timeout),
+                           rubric=rubric.to_pairs())
+    # one submission per run: the warm process is stopped before judging (issue 27: memory)
+    report = grade_submission(str(target.absolute()), options, isolation=isolation,
+                              single_run=True)
+    return _timed(report, started), ""
+
+
+def _timed(report: SubmissionReport, started: float) -> SubmissionReport:
     if not report.wall_seconds:
         report.wall_seconds = time.monotonic() - started
+    return report
+
+
+def metadata_path(root: Path, metadata=None) -> Path:
+    """Gradescope's ``submission_metadata.json``: ``metadata``, else
+    ``$MOCO_REF_SUBMISSION_METADATA``, else the one under the autograder's root."""
+    return Path(metadata or os.environ.get(METADATA_VARIABLE) or root / METADATA_NAME)
+
+
+def total_points_note(rubric: Rubric, path: Path) -> str:
+    """A note for the staff when the Gradescope assignment's ``total_points`` (in ``path``,
+    the submission's metadata) is not the rubric's total; "" when they agree, or when the
+    file is absent or names no total. Never shown to students."""
+    try:
+        metadata = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return ""
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        return f"note for the staff: {path.name} could not be read ({type(exc).__name__})"
+    assignment = metadata.get("assignment") if isinstance(metadata, dict) else None
+    total = assignment.get("total_points") if isinstance(assignment, dict) else None
+    try:
+        total = float(total)
+    except (TypeError, ValueError):
+        return ""
+    if abs(total - rubric.total) < 0.005:
+        return ""
+    return (f"note for the staff: the rubric's total is {rubric.total:g} points but this "
+            f"Gradescope assignment's total_points is {total:g}: scores are out of "
+            f"{rubric.total:g}; set the assignment's points or the rubric's total to match")
+
+
+def grade_in_autograder(root=None, *, metadata=None) -> RunResult:
+    """What ``run_autograder`` does: grade the submission under ``root``/submission with the
+    bundled rubric and write ``root``/results/results.json (always, even when nothing could
+    be graded). ``metadata``: Gradescope's ``submission_metadata.json`` (``metadata_path``);
+    a total that differs from the rubric's becomes a staff note (``RunResult.staff_notes``)."""
+    from moco_ref.report.lms import gradescope_results
+    from moco_ref.report.text import dumps_strict
+
+    root = autograder_root(root)
+    results = root / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    folder = root / "submission"
+    config, rubric = read_config(root)
+    notes = [note for note in (total_points_note(rubric, metadata_path(root, metadata)),)
+             if note]
+    report, problem = grade_folder(folder, config, rubric)
     data = gradescope_results(report, rubric=rubric, submission_root=folder.absolute())
     path = results / "results.json"
     path.write_text(dumps_strict(data), encoding="utf-8")
-    return RunResult(report, path, data, problem)
+    return RunResult(report, path, data, problem, notes)
 
 
 def write_failure_results(root=None, seconds: float = 0.0) -> Path:

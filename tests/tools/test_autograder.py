@@ -28,6 +28,7 @@ from moco_ref.report.lms import (
 )
 from moco_ref.tools.autograder import (
     CONFIG_NAME,
+    RUN_NEEDS,
     NoSubmission,
     find_submission,
     grade_in_autograder,
@@ -135,6 +136,18 @@ def test_build_refuses_bad_input_in_one_line(tmp_path, capsys):
                  "--wheel", str(bad)]) == 2
     assert "not a moco_ref wheel" in capsys.readouterr().err
     assert not (tmp_path / "a.zip").exists()
+
+
+def test_the_build_states_the_memory_and_time_one_run_needs(built, tmp_path, capsys):
+    wheel = next((built["folder"] / "wheels").glob("moco_ref-*.whl"))
+    capsys.readouterr()
+    out_zip = tmp_path / "a.zip"
+    assert main(["gradescope", "build", "--out", str(out_zip), "--wheel", str(wheel)]) == 0
+    out = capsys.readouterr().out
+    assert f"about {RUN_NEEDS.peak_mb} MB" in out and f"about {RUN_NEEDS.seconds} s" in out
+    assert "measured on 2 cores" in out and "768 MB" in out
+    assert json.loads(_read(out_zip, CONFIG_NAME))["needs"] == RUN_NEEDS.as_dict()
+    assert RUN_NEEDS.container_mb >= RUN_NEEDS.peak_mb
 
 
 # --------------------------------------------------------------------------- gradescope test
@@ -374,3 +387,37 @@ def test_prairielearn_results_of_a_submission_that_is_not_gradable():
     assert prairielearn_results(full)["score"] == 1.0
     empty = _report(results=[])
     assert prairielearn_results(empty)["score"] == 0.0
+
+
+# --------------------------------------------------------------------------- staff notes
+
+
+def _handed_in_nothing(root: Path) -> None:
+    (root / "submission").mkdir(parents=True)
+    (root / "submission" / "notes.txt").write_text("hi")
+
+
+def test_a_rubric_total_unlike_the_assignments_is_told_to_the_staff_only(tmp_path, capsys,
+                                                                          monkeypatch):
+    root = tmp_path / "ag"
+    _handed_in_nothing(root)
+    (root / "submission_metadata.json").write_text(
+        json.dumps({"assignment": {"title": "Lab 7", "total_points": "50.0"}}))
+    assert main(["gradescope", "run", "--root", str(root)]) == 0
+    captured = capsys.readouterr()
+    assert "note for the staff" in captured.err and "total_points is 50" in captured.err
+    assert "rubric's total is 100" in captured.err and "total_points" not in captured.out
+    results = (root / "results" / "results.json").read_text()
+    assert "total_points" not in results and "note for the staff" not in results
+    assert gradescope_problems(json.loads(results)) == []
+
+    elsewhere = tmp_path / "metadata.json"  # the path is configurable
+    elsewhere.write_text(json.dumps({"assignment": {"total_points": 100}}))
+    monkeypatch.setenv("MOCO_REF_SUBMISSION_METADATA", str(elsewhere))
+    assert main(["gradescope", "run", "--root", str(root)]) == 0
+    assert "note for the staff" not in capsys.readouterr().err  # the totals agree
+    elsewhere.write_text("{not json")
+    assert main(["gradescope", "run", "--root", str(root), "--metadata", str(elsewhere)]) == 0
+    assert "metadata.json could not be read" in capsys.readouterr().err
+    monkeypatch.setenv("MOCO_REF_SUBMISSION_METADATA", str(tmp_path / "absent.json"))
+    assert grade_in_autograder(root).staff_notes == []
