@@ -12,6 +12,7 @@ import ctypes
 import errno
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -205,3 +206,123 @@ def test_doctor_inside_a_default_container_names_the_rung_and_what_it_leaves_ope
         assert inside[f"write {place}"].startswith("no"), place
     assert inside["network"].startswith("no internet")
     assert "CAN BE CHANGED" not in inside["device nodes"]
+
+
+@pytest.mark.slow
+@needs_root
+@needs_landlock
+def test_the_autograder_zip_grades_through_gradescope_run_inside_a_default_container(
+        tmp_path):
+    """Gradescope's way, in the simulated container: the zip's ``run_autograder`` calls
+    ``gradescope run``, which grades on the confined rung — full marks for a correct file,
+    the mask's points lost for a missing mask."""
+    archive = tmp_path / "autograder.zip"
+    built = subprocess.run([sys.executable, "-m", "moco_ref.cli", "gradescope", "build",
+                            "--out", str(archive)], capture_output=True, text=True,
+                           timeout=600, cwd=ROOT)
+    assert built.returncode == 0, built.stderr[-2000:]
+    scores = {}
+    for name in ("correct_lab_order.py", "bug_no_mask.py"):
+        keep = tmp_path / name
+        done = subprocess.run(default_container.command(
+            [sys.executable, "-m", "moco_ref.cli", "gradescope", "test", str(archive),
+             str(EXAMPLES / name), "--keep", str(keep)]), capture_output=True, text=True,
+            timeout=600, cwd=ROOT)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        results = json.loads((keep / "results" / "results.json").read_text())
+        assert "could not start its sandbox" not in json.dumps(results)
+        scores[name] = (results["score"], sum(test["max_score"] for test in results["tests"]))
+    assert scores["correct_lab_order.py"][0] == pytest.approx(scores["correct_lab_order.py"][1])
+    assert scores["bug_no_mask.py"][0] < scores["bug_no_mask.py"][1]
+
+
+@pytest.mark.slow
+@needs_root
+@needs_landlock
+@pytest.mark.parametrize("home_closed", [False, True], ids=["job-uids", "uid0-no-caps"])
+def test_the_adversarial_corpus_holds_inside_a_default_container(home_closed):
+    """Every bundled attack gets its expected verdict on the confined rung too, with a uid
+    per job (Python readable by all, as in a usual image) and as uid 0 without capabilities
+    (Python in root's home)."""
+    done = subprocess.run(default_container.command(
+        [sys.executable, "-m", "moco_ref.cli", "demo", "--manifest",
+         str(ROOT / "examples" / "adversarial" / "manifest.json")], home_closed=home_closed),
+        capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    tail = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    found = re.search(r"(\d+)/(\d+) verdicts as expected", tail)
+    assert found and found.group(1) == found.group(2), tail
+
+
+SNOOP = r'''
+import os, signal
+
+
+def moco_warmup():
+    found = {}
+    try:
+        found["secret file"] = open(SECRET_FILE).read()
+    except OSError as error:
+        found["secret file"] = type(error).__name__
+    leaked = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                if SECRET_TEXT.encode() in handle.read():
+                    leaked.append(name)
+        except OSError:
+            pass
+    found["environ leaks"] = leaked
+    killed = []
+    for pid in (os.getppid(), GRADER_PID):
+        try:
+            os.kill(pid, 0)
+            killed.append(pid)
+        except OSError:
+            pass
+    found["signalled"] = killed
+    try:
+        open("/tmp/moco-ref-confined-escape", "w").write("x")
+        found["wrote /tmp"] = True
+    except OSError:
+        found["wrote /tmp"] = False
+    return {"temperature_probabilities": {}, "FIFO": [], "EMA": [], "snoop": found}
+'''
+
+
+@needs_landlock
+def test_a_confined_job_reaches_no_secret_and_no_process_of_the_grader(tmp_path, monkeypatch):
+    """On the confined rung (no namespaces), a job cannot read the grader's files (its
+    output folder, the cache secret), find a secret in another process's environment, signal
+    its supervisor or the grader, or write outside its scratch."""
+    from moco_ref.probe.options import GradeOptions
+    from moco_ref.run.pipeline import observe_sandboxed
+
+    secret_text = "course-secret-4b1d"
+    secret = tmp_path / "out" / ".cache" / ".probe-secret"
+    secret.parent.mkdir(parents=True)
+    secret.write_text(secret_text)
+    monkeypatch.setenv("MOCO_REF_TEST_SECRET", secret_text)  # in the grader's environment
+    probe = tmp_path / "snoop.py"
+    probe.write_text(SNOOP.replace("SECRET_FILE", repr(str(secret)))
+                     .replace("SECRET_TEXT", repr(secret_text))
+                     .replace("GRADER_PID", str(os.getpid())))
+    record = observe_sandboxed(str(probe), GradeOptions(style="lab", timeout=60),
+                               isolation="confined")
+    warmup = record["observations"]["moco_warmup"]
+    found = (warmup.get("result") or {}).get("snoop")
+    assert found == {"secret file": "PermissionError", "environ leaks": [], "signalled": [],
+                     "wrote /tmp": False}, warmup
+    assert not os.path.exists("/tmp/moco-ref-confined-escape")
+
+
+def test_an_older_landlock_abi_is_told_as_what_it_leaves_open():
+    """What each ABI's domain cannot hold back is said (doctor's "not protected" line); with
+    none the confined rung does not start at all (its hello says why)."""
+    assert landlock.missing(0) == ["no Landlock at all"]
+    assert any("TCP" in gap for gap in landlock.missing(3))
+    assert any("signals" in gap for gap in landlock.missing(5))
+    assert not any("TCP" in gap for gap in landlock.missing(5))
+    assert landlock.missing(6) == landlock.missing(7) == []
