@@ -104,7 +104,8 @@ def test_notebook_keeps_definitions_and_reports_what_it_skipped(tmp_path):
     assert "files = !ls" in notes
     assert "cell 4: skipped top-level work `history = moco_warmup()` (line 2)" in notes
     assert "`if __name__ == \"__main__\":" in notes
-    assert "cell 5: skipped IPython magic/shell `%%time`" in notes
+    assert "cell 5: ran the body of `%%time` as IPython does" in notes
+    assert "cell 5: skipped top-level work `open(" in notes
 
 
 def test_notebook_execute_all_cells_runs_the_top_level_work(tmp_path, monkeypatch):
@@ -113,7 +114,7 @@ def test_notebook_execute_all_cells_runs_the_top_level_work(tmp_path, monkeypatc
     loaded = load_submission(path, execute_all_cells=True)
     assert loaded.namespace["history"]["EMA"] == [0.2, 2.2]
     assert sentinel.read_text() == "trained"
-    assert not (tmp_path / "should-not-run.txt").exists()  # a %%cell magic is never Python
+    assert (tmp_path / "should-not-run.txt").exists()  # %%time runs its body, as IPython does
     assert "executed all 4 code cells (--execute-all-cells)" in loaded.notes
 
 
@@ -352,3 +353,60 @@ def test_a_syntax_error_in_a_cell_that_defines_nothing_keeps_the_notebook_gradab
     nbformat.write(notebook, str(path))
     with pytest.raises(SyntaxError):  # a definition's syntax error is the student's to fix
         load_submission(str(path))
+
+
+def _notebook_of(tmp_path, cells: list[str]):
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    path = tmp_path / "magics.ipynb"
+    nbformat.write(notebook, str(path))
+    return path
+
+
+def test_cell_magics_mean_what_ipython_makes_of_them(tmp_path, monkeypatch):
+    """``%%time``/``%%capture`` run their body in the notebook's namespace (a class defined
+    there exists); ``%%writefile`` writes its file, which a later cell imports;
+    ``%%timeit`` keeps nothing it defines and ``%%bash`` is not Python: each is named in the
+    notes, and a name only they would have defined points at their cell."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    path = _notebook_of(tmp_path, [
+        "%%time\nclass Queue:\n    size = 3",
+        "%%capture captured --no-stderr\ndef helper():\n    return 7",
+        "%%writefile magic_helper.py\nVALUE = 11",
+        "import magic_helper",
+        "%%timeit\ndef lost():\n    return 1",
+        "%%bash\necho hi > bash-ran.txt",
+    ])
+    loaded = load_submission(path)
+    namespace = loaded.namespace
+    assert namespace["Queue"].size == 3 and namespace["helper"]() == 7
+    assert namespace["magic_helper"].VALUE == 11
+    assert "lost" not in namespace and not (tmp_path / "bash-ran.txt").exists()
+    notes = "\n".join(loaded.notes)
+    assert "cell 1: ran the body of `%%time` as IPython does" in notes
+    assert "cell 3: `%%writefile magic_helper.py` wrote magic_helper.py" in notes
+    assert "cell 5: `%%timeit` runs its body in a namespace of its own" in notes
+    assert "cell 6: `%%bash` is not Python, so the cell was not run" in notes
+    assert loaded.skipped["lost"].startswith("cell 5: `%%timeit`")
+
+
+def test_writefile_stays_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = _notebook_of(tmp_path, ["%%writefile ../outside.py\nX = 1"])
+    loaded = load_submission(path)
+    assert not (tmp_path.parent / "outside.py").exists()
+    assert "was not honoured (only a plain file name" in "\n".join(loaded.notes)
+
+
+def test_a_notebook_export_runs_the_body_of_a_time_cell(tmp_path):
+    """The ``.py`` a notebook exports to: ``run_cell_magic('time', …)`` runs its body."""
+    path = tmp_path / "exported.py"
+    path.write_text(
+        "get_ipython().run_cell_magic('time', '', 'class Encoder:\\n    width = 5\\n')\n"
+        "get_ipython().run_cell_magic('bash', '', 'echo hi\\n')\n")
+    loaded = load_submission(path)
+    assert loaded.namespace["Encoder"].width == 5
+    notes = "\n".join(loaded.notes)
+    assert "ran the bodies of IPython cell magics" in notes and "run_cell_magic('bash'" in notes
