@@ -106,19 +106,28 @@ def run_test(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{count} {name}" for name, count in sorted(hidden.items()))
         print(f"score {data.get('score')}, {len(tests)} tests ({failed} failed"
               + (f"; {shown}" if shown else "") + ")")
+    return tried_outcome(tried, "run_autograder", keep=bool(args.keep))
+
+
+def tried_outcome(tried, program: str, *, keep: bool) -> int:
+    """The end of ``gradescope test`` and ``prairielearn test``: how ``program`` exited (the
+    last lines it wrote, inert), whether the results are valid (each problem, inert), where
+    the tree was kept; the exit code."""
+    from moco_ref.report.text import shown_name
+
     if tried.returncode != 0:
-        print(f"run_autograder exited with {tried.returncode}")
+        print(f"{program} exited with {tried.returncode}")
         for line in tried.stderr.strip().splitlines()[-5:]:
-            print(f"  | {line}")
+            print(f"  | {shown_name(line)}")
     if tried.valid:
         print("results.json: valid")
     else:
         print("results.json: INVALID")
         for problem in tried.problems[:20]:
-            print(f"  - {problem}")
+            print(f"  - {shown_name(str(problem))}")
         if len(tried.problems) > 20:
             print(f"  … and {len(tried.problems) - 20} more")
-    if args.keep:
+    if keep:
         print(f"kept: {tried.root}")
     return EXIT_OK if tried.valid else EXIT_INVALID
 

@@ -119,21 +119,9 @@ def run_test(args: argparse.Namespace) -> int:
               + ")")
         if data.get("format_errors"):
             print(f"format_errors: {data['format_errors']}")
-    if tried.returncode != 0:
-        print(f"the entrypoint exited with {tried.returncode}")
-        for line in tried.stderr.strip().splitlines()[-5:]:
-            print(f"  | {line}")
-    if tried.valid:
-        print("results.json: valid")
-    else:
-        print("results.json: INVALID")
-        for problem in tried.problems[:20]:
-            print(f"  - {problem}")
-        if len(tried.problems) > 20:
-            print(f"  … and {len(tried.problems) - 20} more")
-    if args.keep:
-        print(f"kept: {tried.root}")
-    return EXIT_OK if tried.valid else EXIT_INVALID
+    from moco_ref.cli.gradescope import tried_outcome
+
+    return tried_outcome(tried, "the entrypoint", keep=bool(args.keep))
 
 
 def run_run(args: argparse.Namespace) -> int:

@@ -850,77 +850,68 @@ def _unpack(fd: int, folder: str) -> None:
         archive.extractall(folder, filter="data")
 
 
+def _throwaway(body) -> str:
+    """``body()``'s message (``"ok:"`` or ``"no:why"``), run in a forked child that is then
+    discarded; an exception there is its ``"no:"`` message."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.close(read_end)
+        try:
+            message = body()
+        except BaseException as exc:  # noqa: BLE001
+            message = f"no:{type(exc).__name__}: {exc}"
+        os.write(write_end, message.encode()[:500])
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as handle:
+        message = handle.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    return message or "no:the probe process died"
+
+
 def _probe_isolation(sandboxed: bool) -> tuple[str, str]:
     """``(SANDBOXED, "")`` when a job's namespaces and confinement work here, tried in a
     throwaway job; ``("", reason)`` when they do not; ``("processes", "")`` outside bwrap."""
     if not sandboxed:
         return "processes", ""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        os.close(read_end)
-        message = "no:the probe job died"
-        try:
-            from moco_ref.sandbox import confine, jobspace
+    from moco_ref.sandbox import confine, jobspace
 
-            jobspace.enter(scratch_mb=16, shared_memory_mb=1)
-            child = os.fork()
-            if child == 0:
-                try:
-                    jobspace.fresh_proc()
-                    confine.confine()
-                    os.write(write_end, _devices_refused())
-                except BaseException as exc:  # noqa: BLE001
-                    os.write(write_end, f"no:{type(exc).__name__}: {exc}".encode()[:500])
-                os._exit(0)
-            os.waitpid(child, 0)
-            os._exit(0)
-        except BaseException as exc:  # noqa: BLE001
-            message = f"no:{type(exc).__name__}: {exc}"
-        os.write(write_end, message.encode()[:500])
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as handle:
-        message = handle.read().decode(errors="replace")
-    os.waitpid(pid, 0)
-    if message.startswith("ok:"):
-        return SANDBOXED, ""
-    return "", message.split(":", 1)[-1] or "the probe job died"
+    def job() -> str:
+        jobspace.enter(scratch_mb=16, shared_memory_mb=1)
+        return _throwaway(inside)  # pid 1 of the new PID namespace's first child
+
+    def inside() -> str:
+        jobspace.fresh_proc()
+        confine.confine()
+        return _devices_refused().decode()
+
+    message = _throwaway(job)
+    return (SANDBOXED, "") if message.startswith("ok:") else ("", message.split(":", 1)[-1])
 
 
 def _probe_confinement() -> tuple[str, str]:
     """``(words, "")`` when a throwaway process can take the confined rung's confinement here
     (Landlock, no_new_privs, seccomp) and then cannot list ``/``; ``("", reason)`` when not."""
-    from moco_ref.sandbox import landlock
+    from moco_ref.sandbox import confine, landlock
 
     version = landlock.abi()
     if version <= 0:
         return "", ("no Landlock here (the kernel has none, or the container's seccomp "
                     "profile refuses its calls)")
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        os.close(read_end)
-        try:
-            from moco_ref.sandbox import confine
 
-            confine.confine_in_place([], tcp=False, still_root=os.geteuid() == 0)
-            try:
-                os.listdir("/")
-                message = "no:Landlock did not hold (/ could still be listed)"
-            except PermissionError:
-                message = "ok:"
-        except BaseException as exc:  # noqa: BLE001
-            message = f"no:{type(exc).__name__}: {exc}"
-        os.write(write_end, message.encode()[:500])
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as handle:
-        message = handle.read().decode(errors="replace")
-    os.waitpid(pid, 0)
+    def confined() -> str:
+        confine.confine_in_place([], tcp=False, still_root=os.geteuid() == 0)
+        try:
+            os.listdir("/")
+        except PermissionError:
+            return "ok:"
+        return "no:Landlock did not hold (/ could still be listed)"
+
+    message = _throwaway(confined)
     if message.startswith("ok:"):
         return CONFINED_BASE.format(abi=version, user="{user}"), ""
-    return "", message.split(":", 1)[-1] or "the probe process died"
+    return "", message.split(":", 1)[-1]
 
 
 def _devices_refused() -> bytes:
