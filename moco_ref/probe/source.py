@@ -19,7 +19,7 @@ import re
 import threading
 from pathlib import Path
 
-from moco_ref.probe.styles import ENTRY_POINTS, OBSERVED_STYLES, style_of_names
+from moco_ref.probe.styles import ENTRY_POINTS, OBSERVED_STYLES, as_entry_points, style_of_names
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 MAX_SOURCE_BYTES = 8 * 2**20  # a larger file is not read here (it is refused when graded)
@@ -101,12 +101,18 @@ def module_trees(path: Path) -> list[ast.Module] | None:
         return None
 
 
-def bound_entry_points(path: Path) -> set[str]:
-    """The MoCo entry-point names ``path`` binds at top level, read without running it."""
+def top_level_names(path: Path) -> set[str]:
+    """Every name ``path`` binds at top level (a notebook: over its cells), unrun."""
     names: set[str] = set()
     for tree in module_trees(Path(path)) or ():
         names |= top_level_bindings(tree)
-    return names & set(ENTRY_POINTS)
+    return names
+
+
+def bound_entry_points(path: Path) -> set[str]:
+    """The MoCo entry-point names ``path`` binds at top level, read without running it (a
+    builder class named ``MoCo`` in another case counts as ``MoCo``)."""
+    return as_entry_points(top_level_names(path))
 
 
 # a shared module may provide the warm-up (LAB 07's is often factored out): binding only
@@ -120,8 +126,8 @@ def may_be_helper(path: Path) -> bool:
     classmate's)."""
     trees = module_trees(Path(path))
     submission_names = set(ENTRY_POINTS) - HELPER_MAY_BIND
-    return trees is not None and not any(top_level_bindings(tree) & submission_names
-                                         for tree in trees)
+    return trees is not None and not any(as_entry_points(top_level_bindings(tree))
+                                         & submission_names for tree in trees)
 
 
 def style_from_source(path: Path) -> str | None:

@@ -48,6 +48,27 @@ COMPONENTS = ObservedStyle(
 BUILDER = ObservedStyle("builder", ("MoCo",), (), "observe_builder")
 
 OBSERVED_STYLES: dict[str, ObservedStyle] = {s.name: s for s in (LAB, COMPONENTS, BUILDER)}
+BUILDER_CLASS = BUILDER.entry_points[0]
+
+
+def builder_class_name(names) -> str | None:
+    """The name a builder submission's class goes by among ``names``: ``MoCo``, else one that
+    is ``MoCo`` in another case (``Moco``, ``MOCO``, ``moco``; the first in sorted order),
+    else None."""
+    names = set(names)
+    if BUILDER_CLASS in names:
+        return BUILDER_CLASS
+    others = sorted(name for name in names if name.casefold() == BUILDER_CLASS.casefold())
+    return others[0] if others else None
+
+
+def as_entry_points(names) -> set[str]:
+    """``names``' entry points, a builder class of another case counted as ``MoCo``."""
+    names = set(names)
+    found = names & set(ENTRY_POINTS)
+    if builder_class_name(names):
+        found.add(BUILDER_CLASS)
+    return found
 
 
 def style_of_names(names) -> str | None:
@@ -78,8 +99,10 @@ def detect_style(namespace: dict) -> str:
     callables, and a class for ``MoCo``). Raises ``NotASubmission`` naming what was looked
     for when nothing fits."""
     defined = {name for name in ENTRY_POINTS if callable(namespace.get(name))}
-    if not isinstance(namespace.get("MoCo"), type):
-        defined.discard("MoCo")
+    defined.discard(BUILDER_CLASS)
+    classes = {name for name, value in namespace.items() if isinstance(value, type)}
+    if builder_class_name(classes):
+        defined.add(BUILDER_CLASS)
     style = style_of_names(defined)
     if style is None:
         raise NotASubmission(NO_ENTRY_POINT)

@@ -34,8 +34,14 @@ from moco_ref.probe import lab as _lab_probe  # noqa: F401
 from moco_ref.probe import parts as parts_module
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.parts import Unobserved
-from moco_ref.probe.source import bound_entry_points, is_module_target, module_file, styles_of
-from moco_ref.probe.styles import style_of_names
+from moco_ref.probe.source import (
+    bound_entry_points,
+    is_module_target,
+    module_file,
+    styles_of,
+    top_level_names,
+)
+from moco_ref.probe.styles import BUILDER_CLASS, builder_class_name, style_of_names
 from moco_ref.sandbox.observation import SandboxRun, observe_in_sandbox
 
 SUBMISSION_LABEL = "(reported by the submission's process)"  # its notes are its own words
@@ -118,6 +124,12 @@ def style_decided(target: str, options: GradeOptions) -> tuple[GradeOptions, str
     if chosen is None:
         return options, ""
     note = ""
+    builder_class = builder_class_name(top_level_names(path)) if path is not None and \
+        path.is_file() and chosen == "builder" else None
+    if builder_class and builder_class != BUILDER_CLASS:
+        note = (f"its builder class is named {builder_class}, not {BUILDER_CLASS}: graded as "
+                f"the {BUILDER_CLASS} module (rename it to {BUILDER_CLASS} to match the "
+                "official interface)")
     if len(present) > 1:
         how = "the course's style" if options.style else "by the style rule (train_moco: lab)"
         note = (f"it defines the entry points of {len(present)} styles "

@@ -50,12 +50,14 @@ JOB_IDS = range(61100, 61200)  # the confined rung's job uids (and gids) when th
 PROCESSES_ONLY = ("processes: for trusted code only (the submission runs as the grader's "
                   "user and can read and write what it can)")
 NOT_PROTECTED = {
-    "bwrap": "not protected: the host kernel's own bugs; CPU caches shared between jobs",
+    "bwrap": ("not protected: the host kernel's own bugs; CPU caches shared between jobs; "
+              "memory parked in a socket's queue (a memory file sent and closed: no cgroup "
+              "counts it)"),
     "confined": ("not protected: the container's network for builder-style jobs (the "
                  "two-process probe needs loopback TCP; LAB jobs get no socket but UNIX), "
                  "the container's process list and command lines in /proc (pass secrets by "
                  "environment or file, never on the command line), /dev/shm shared between "
-                 "jobs{root}{abi}"),
+                 "jobs, memory parked in a socket's queue (no cgroup counts it){root}{abi}"),
     "processes": "not protected: everything (the submission runs as the grader)",
 }
 ZYGOTE_START_SECONDS = 300.0  # importing torch on a busy machine can take a while
