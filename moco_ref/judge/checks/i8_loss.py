@@ -352,6 +352,9 @@ KEY_FROM_OTHER_VIEW = check(
 )
 
 
+RAW_IMAGE = -1  # the view call a row of the raw images x[ids] is traced to
+
+
 def _view_calls_of(event, ids: torch.Tensor) -> set[int]:
     """The view calls (−1: the raw image) the event's rows for these ids came from."""
     rows = torch.isin(event["rows_id"], ids) & (event["rows_call"] >= -1)
@@ -362,12 +365,25 @@ def _view_calls_of(event, ids: torch.Tensor) -> set[int]:
 def i8_key_from_other_view_lab(ev: LabEvidence) -> str | None:
     """At every step the key encoder's input rows come from a call of ``views`` other than
     the ones the query encoder's rows came from (the probe traces each input row to the
-    ``views`` call that made it); raw images on both sides count as one view."""
+    ``views`` call that made it); raw images on both sides count as one view, and raw
+    images on one side only are no view of their own: the positive pair is two
+    augmentations."""
     events = ev.require_run()["events"]
     for step in ev.steps:
         query = _view_calls_of(events[step.query_event], step.ids)
         key = _view_calls_of(events[step.key_event], step.ids)
         shared = query & key
+        raw = [side for side, calls in (("key", key), ("query", query)) if RAW_IMAGE in calls]
+        if len(raw) == 1 and not shared:
+            side, other = raw[0], "query" if raw[0] == "key" else "key"
+            augmented = (query if side == "key" else key) - {RAW_IMAGE}
+            fail(f"the {side} is encoded from the raw, un-augmented image and only the {other} "
+                 "from an augmented view, so the positive pair is not two views of one image "
+                 "(call views once per branch)",
+                 where=at_step(step.index, step.ids),
+                 expected=f"the {side} encoder's input from its own call views(x[ids])",
+                 got=f"the {side} encoder's input the raw images x[ids], the {other}'s from "
+                     f"view call {min(augmented, default=RAW_IMAGE)}")
         if shared:
             source = ("the raw images x[ids] (views was not called for either branch)"
                       if shared == {-1} else f"view call {min(shared)}")
