@@ -39,7 +39,7 @@ def run_merge(args: argparse.Namespace) -> int:
         print(f"note: {shown_name(note, cap=4096)}")
     rows = summary["submissions"]
     print(f"merged {len(rows)} submission(s) from {len(args.merge)} output(s) into "
-          f"{out}/summary.json, summary.csv and grades.csv")
+          f"{out}/summary.json, summary.csv, grades.csv and canvas_import.csv")
     return EXIT_OK
 
 
@@ -50,7 +50,7 @@ def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
     from moco_ref.run.batch import grade_folder, summary_stem
     from moco_ref.run.output import DEFAULT_OUT
     from moco_ref.run.progress import Progress
-    from moco_ref.run.targets import TargetError, parse_shard
+    from moco_ref.run.targets import TargetError, parse_shard, student_label
 
     try:
         shard = parse_shard(args.shard) if args.shard else None
@@ -94,7 +94,7 @@ def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
               f"cache) in {result.wall_seconds:.1f} s; reports and {stem}.csv/{stem}.json in "
               f"{out}/" + (f"; shard {args.shard} left out {result.skipped_by_shard}"
                            if shard else ""))
-        names = [shown_name(outcome.target.name) for outcome in result.outcomes]
+        names = [shown_name(student_label(outcome.target)) for outcome in result.outcomes]
         below = [name for name, ok in zip(names, passed, strict=True) if not ok]
         if not below:
             print(f"all {len(reports)} submission(s) reach {minimum.describe()}")
@@ -112,10 +112,10 @@ def _print_batch_table(result) -> None:
     from moco_ref.run.batch import summary_rows
 
     rows = summary_rows(result.outcomes)
-    cells = [(shown_name(row["submission"]),
+    cells = [(shown_name(row["who"]),
               f"{points_str(row['score'])}/{points_str(row['max_score'])}" if row["gradable"]
               else "not gradable",
               ", ".join(row["failed_checks"]) or "–",
               "cached" if row["cached"] else f"{row['wall_seconds']:.1f} s") for row in rows]
-    print_table("moco-ref grade: summary", ("submission", "score", "failed checks", "time"),
-                cells, no_wrap=("submission", "score", "time"))
+    print_table("moco-ref grade: summary", ("student", "score", "failed checks", "time"),
+                cells, no_wrap=("score", "time"))

@@ -23,6 +23,7 @@ every time, wall time aside (``comparable``).
 from __future__ import annotations
 
 import io
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,13 +32,21 @@ from pathlib import Path
 from moco_ref.judge.results import Status, SubmissionReport
 from moco_ref.judge.untrusted import clean_text
 from moco_ref.probe.options import GradeOptions
-from moco_ref.report.gradebook_csv import gradebook_csv, summary_csv
+from moco_ref.report.gradebook_csv import canvas_import_csv, gradebook_csv, summary_csv
 from moco_ref.report.scoring import NOT_PASSED, failed_families
 from moco_ref.report.text import dumps_strict
 from moco_ref.run.cache import cache_key, grader_fingerprint, load_cached, store_cached
 from moco_ref.run.intake import find_targets
 from moco_ref.run.output import DEFAULT_OUT, write_atomic
-from moco_ref.run.targets import Target, TargetError, chosen_by, report_stem, shard_of
+from moco_ref.run.targets import (
+    Target,
+    TargetError,
+    chosen_by,
+    feedback_stem,
+    report_stem,
+    shard_of,
+    student_label,
+)
 
 SUMMARY_FORMAT = "moco-ref-batch/1"
 
@@ -100,7 +109,7 @@ def write_reports(out: Path, outcome: Outcome, options: GradeOptions, *,
     if feedback:
         from moco_ref.report.feedback import SUFFIXES, render_feedback
 
-        write_atomic(out / f"{stem}{SUFFIXES[feedback]}",
+        write_atomic(out / f"{feedback_stem(outcome.target)}{SUFFIXES[feedback]}",
                      render_feedback(outcome.report, feedback, rubric))
     if gradescope:
         write_atomic(out / f"{stem}.gradescope.json",
@@ -115,15 +124,25 @@ def write_reports(out: Path, outcome: Outcome, options: GradeOptions, *,
         write_atomic(out / f"{stem}.junit.xml", buffer.getvalue().decode("utf-8"))
 
 
-def summary_rows(outcomes: list[Outcome]) -> list[dict]:
+def summary_rows(outcomes: list[Outcome], total: float | None = None) -> list[dict]:
+    """One row per submission. ``max_score``: the report's (the rubric's total for its
+    style), or ``total`` (the rubric's) for a submission with no checks (not gradable);
+    ``students``: who handed it in (one entry per student of a group), each with ``late``
+    (true, false, or null when the export does not say)."""
     rows = []
     for outcome in outcomes:
         report = outcome.report
+        roster = outcome.target.roster()
+        lateness = {student.late for student in roster} - {None}
         rows.append({
             "submission": outcome.target.name,
+            "who": student_label(outcome.target),
+            "students": [student.to_dict() for student in roster],
+            "late": lateness.pop() if len(lateness) == 1 else None,
             "gradable": report.gradable,
             "score": report.score if report.gradable else 0.0,
-            "max_score": report.max_score,
+            "max_score": report.max_score if report.max_score > 0 or total is None
+            else total,
             "failed_checks": [r.check_id for r in report.results if r.status in NOT_PASSED],
             "wall_seconds": round(report.wall_seconds, 3),
             "cached": outcome.cached,
@@ -131,9 +150,48 @@ def summary_rows(outcomes: list[Outcome]) -> list[dict]:
             "student_id": outcome.target.student_id,
             "student_name": outcome.target.student_name,
             "status": grade_status(report),
+            "reason": not_gradable_reason(report),
             "failed_families": failed_families(report),
         })
     return rows
+
+
+def not_gradable_reason(report: SubmissionReport) -> str:
+    """Why a submission has no grade of its own, in one line: the intake's refusal or the
+    grading's error (the last line of its traceback), the grader's trouble; ``""`` when
+    graded."""
+    if report.grader_trouble:
+        text = report.grader_trouble
+    elif report.gradable:
+        return ""
+    else:
+        lines = [line.strip() for line in report.traceback.splitlines() if line.strip()]
+        text = lines[-1] if lines else "not gradable"
+        text = _REFUSED_PREFIX.sub("", text, count=1)  # the intake's "<name>: not gradable: "
+    return clean_text(" ".join(text.split()), cap=300)
+
+
+_REFUSED_PREFIX = re.compile(r"^[^\n]{0,200}?: not gradable: ")
+
+
+def rubric_total(options: GradeOptions, rubric=None) -> float:
+    """The rubric's total: the course's rubric when given, else the options' (the default's
+    when none)."""
+    from moco_ref.judge.rubric import Rubric
+
+    return float(rubric.total) if rubric is not None else Rubric.from_pairs(
+        options.rubric).total
+
+
+def assignment_name(paths) -> str:
+    """The assignment's name in an import file: the export's (the zip's or the folder's name),
+    ``moco-ref`` when it says none."""
+    for raw in paths or ():
+        name = Path(str(raw)).name
+        stem = name[:-4] if name.endswith(".zip") else name
+        if stem and stem not in (".", ".."):
+            return stem
+    return "moco-ref"
 
 
 def grade_status(report: SubmissionReport) -> str:
@@ -153,13 +211,22 @@ def summary_stem(shard: tuple[int, int] | None) -> str:
 
 
 def write_summary(out: Path, result: BatchResult, options: GradeOptions, *,
-                  shard: tuple[int, int] | None, jobs: int, isolation: str) -> None:
-    rows = summary_rows(result.outcomes)
+                  shard: tuple[int, int] | None, jobs: int, isolation: str,
+                  total: float | None = None, assignment: str = "moco-ref") -> None:
+    """``summary.json``/``.csv``, ``grades.csv`` (one row per student) and
+    ``canvas_import.csv`` (Canvas's gradebook import format, the assignment's column named
+    ``assignment``, out of ``total``: the rubric's)."""
+    total = rubric_total(options) if total is None else total
+    rows = summary_rows(result.outcomes, total)
     stem = summary_stem(shard)
     write_atomic(out / f"{stem}.csv", summary_csv(rows))
     write_atomic(out / f"{stem.replace('summary', 'grades')}.csv", gradebook_csv(rows))
+    write_atomic(out / f"{stem.replace('summary', 'canvas_import')}.csv",
+                 canvas_import_csv(rows, assignment, total))
     write_atomic(out / f"{stem}.json", dumps_strict({
         "format": SUMMARY_FORMAT,
+        "assignment": assignment,
+        "total": total,
         "grader": grader_fingerprint(),
         "options": options.to_dict(),
         "shard": f"{shard[0]}/{shard[1]}" if shard else None,
@@ -175,12 +242,21 @@ def write_summary(out: Path, result: BatchResult, options: GradeOptions, *,
 
 
 def write_merged(out: Path, summary: dict) -> None:
-    """A merged summary (``gradebook.merge``) as summary.json, summary.csv and grades.csv."""
+    """A merged summary (``gradebook.merge``) as summary.json, summary.csv, grades.csv and
+    canvas_import.csv."""
     out.mkdir(parents=True, exist_ok=True)
     rows = summary["submissions"]
+    total = summary.get("total")
+    if not isinstance(total, (int, float)) or isinstance(total, bool):
+        try:
+            total = rubric_total(GradeOptions.from_dict(summary.get("options") or {}))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            total = rubric_total(GradeOptions())
     write_atomic(out / "summary.csv", summary_csv(rows))
     write_atomic(out / "summary.json", dumps_strict(summary))
     write_atomic(out / "grades.csv", gradebook_csv(rows))
+    write_atomic(out / "canvas_import.csv", canvas_import_csv(
+        rows, str(summary.get("assignment") or "moco-ref"), float(total)))
 
 
 # --------------------------------------------------------------------------- the run
@@ -203,13 +279,17 @@ def grade_folder(
     rubric=None,
     feedback: str | None = None,
     isolation: str | None = None,
+    assignment: str | None = None,
 ) -> BatchResult:
     """Grade every submission under ``paths`` (of ``shard``), writing reports and summaries to
-    ``out``; ``on_start(total)`` once, ``on_done(outcome)`` as each finishes."""
+    ``out``; ``on_start(total)`` once, ``on_done(outcome)`` as each finishes. ``assignment``
+    names the column of ``canvas_import.csv`` (default: the export's name)."""
     from moco_ref.run.pipeline import grade_tasks
     from moco_ref.sandbox.client import isolation_description
 
     started = time.monotonic()
+    total = rubric_total(options, rubric)
+    assignment = assignment or assignment_name(paths)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     targets = find_targets(paths, out / ".intake", per_folder=per_folder)
@@ -269,12 +349,14 @@ def grade_folder(
         result.outcomes = [outcomes[t.name] for t in targets if t.name in outcomes]
         result.interrupted = True
         result.wall_seconds = time.monotonic() - started
-        write_summary(out, result, options, shard=shard, jobs=jobs, isolation="")
+        write_summary(out, result, options, shard=shard, jobs=jobs, isolation="",
+                      total=total, assignment=assignment)
         raise
     for (target, _), report in zip(to_grade, reports, strict=True):
         outcomes[target.name] = Outcome(target, report)
     result.outcomes = [outcomes[target.name] for target in targets if target.name in outcomes]
     result.wall_seconds = time.monotonic() - started
     write_summary(out, result, options, shard=shard, jobs=jobs,
-                  isolation=isolation_description() if to_grade else "")
+                  isolation=isolation_description() if to_grade else "", total=total,
+                  assignment=assignment)
     return result

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from moco_ref.report.gradebook_csv import row_label
 from moco_ref.report.scoring import points_str
 from moco_ref.report.text import shown_name
 from moco_ref.run.batch import SUMMARY_FORMAT
@@ -59,6 +60,8 @@ def merge(places: list[Path]) -> tuple[dict, list[str]]:
         "grader": first.get("grader"),
         "options": first.get("options"),
         "merged_from": [str(p) for p in places],
+        "assignment": first.get("assignment"),
+        "total": first.get("total"),
         "submissions": [merged[name] for name in sorted(merged)],
     }
     return summary, notes
@@ -70,13 +73,15 @@ class GradeChange:
     old: float | None  # None: not in the old grading
     new: float | None
     why: str
+    who: str = ""  # its students' names and ids (``row_label``); the submission's when none
 
     def line(self) -> str:
-        """One line to print: the name and the why (check ids read back from the summaries)
-        as ``text.shown_name`` shows names."""
+        """One line to print: who (the students' names, else the submission's) and the why
+        (check ids read back from the summaries) as ``text.shown_name`` shows names."""
         old = "–" if self.old is None else points_str(self.old)
         new = "–" if self.new is None else points_str(self.new)
-        return f"{shown_name(self.submission)}: {old} → {new} ({shown_name(self.why, 4096)})"
+        who = shown_name(self.who or self.submission)
+        return f"{who}: {old} → {new} ({shown_name(self.why, 4096)})"
 
 
 def diff_grades(old: Path, new: Path) -> list[GradeChange]:
@@ -86,10 +91,11 @@ def diff_grades(old: Path, new: Path) -> list[GradeChange]:
     changes = []
     for name in sorted(set(before) | set(after)):
         a, b = before.get(name), after.get(name)
+        who = row_label(b if b is not None else a)
         if a is None or b is None:
             changes.append(GradeChange(name, a and a["score"], b and b["score"],
                                        "only in the new grading" if a is None
-                                       else "only in the old grading"))
+                                       else "only in the old grading", who))
             continue
         if abs(a["score"] - b["score"]) <= 1e-9 and abs(a["max_score"] - b["max_score"]) <= 1e-9:
             continue
@@ -105,5 +111,5 @@ def diff_grades(old: Path, new: Path) -> list[GradeChange]:
                            f"{points_str(b['max_score'])}")
         if not reasons:
             reasons.append("the same checks, other points (the rubric changed)")
-        changes.append(GradeChange(name, a["score"], b["score"], "; ".join(reasons)))
+        changes.append(GradeChange(name, a["score"], b["score"], "; ".join(reasons), who))
     return changes

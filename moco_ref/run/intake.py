@@ -38,6 +38,7 @@ from moco_ref.probe.source import SUBMISSION_SUFFIXES, bound_entry_points, is_mo
 from moco_ref.run.archive import Skipped, unpack_zip
 from moco_ref.run.output import DEFAULT_OUT
 from moco_ref.run.targets import (
+    Student,
     Target,
     TargetError,
     folder_targets,
@@ -48,7 +49,7 @@ from moco_ref.run.targets import (
 
 MAX_LISTED = 5  # refused files named in a note; the rest counted
 GRADESCOPE_METADATA = "submission_metadata.yml"
-_CANVAS = re.compile(r"^(?P<login>[^_]+)_(?:LATE_)?(?P<user>\d+)_(?P<submission>\d+)_"
+_CANVAS = re.compile(r"^(?P<login>[^_]+)_(?P<late>LATE_)?(?P<user>\d+)_(?P<submission>\d+)_"
                      r"(?P<file>.+)$")
 _UNSAFE_NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]")
 _NO_ENTRY_POINT = "none of the other files defines an entry point (train_moco, MoCo, …)"
@@ -62,6 +63,7 @@ class Submission:
     student_name: str = ""
     note: str = ""  # e.g. "latest of 3 submissions; helper modules: utils.py"
     refused: str = ""  # why the student is not gradable, without running anything
+    students: tuple[Student, ...] = ()  # who, from the export (several for a group)
 
 
 def find_targets(paths, workdir: Path | None = None, *, per_folder: bool = False
@@ -111,7 +113,8 @@ def _hidden(parts: tuple[str, ...]) -> bool:
 
 def _target_of(submission: Submission) -> Target:
     return Target(str(submission.path), submission.name, submission.student_id,
-                  submission.student_name, submission.note, refused=submission.refused)
+                  submission.student_name, submission.note, refused=submission.refused,
+                  students=submission.students)
 
 
 def _flat_targets(folder: Path, skipped: list[Skipped]) -> list[Target]:
@@ -186,9 +189,9 @@ def class_submissions(folder: Path, workdir: Path, *, per_folder: bool = False,
                                                                    strict=True) if not i])
     if per_folder and (students or vanished) and not files:
         metadata = _gradescope_metadata(folder / GRADESCOPE_METADATA)
-        found = [s for s in (_from_folder(p, metadata.get(p.name, {}),
-                                          [k for k in (s.within(p.name) for s in skipped) if k])
-                             for p in students) if s]
+        found = [_from_folder(p, metadata.get(p.name, {}),
+                              [k for k in (s.within(p.name) for s in skipped) if k])
+                 for p in students]
         for name in vanished:
             reasons = [s.reason for s in skipped if s.parts[0] == name]
             found.append(Submission(folder / _safe_name((name,)), _safe_name((name,)),
@@ -197,17 +200,49 @@ def class_submissions(folder: Path, workdir: Path, *, per_folder: bool = False,
         placed = {p.name for p in students} | set(vanished)
         found += _refused_rows(folder, [s for s in skipped if not (
             len(s.parts) > 1 and s.parts[0] in placed)])
+        found += _absent_rows(folder, metadata, placed | {p.name for p in entries})
         return sorted(found, key=lambda s: s.name) or None
     canvas = [p for p in files if _CANVAS.match(p.name)]
-    if files and len(canvas) == len(files):
+    others = [p for p in entries if not p.is_dir() and p.suffix not in SUBMISSION_SUFFIXES
+              and _CANVAS.match(p.name) and (p.is_file() or p.is_symlink())]
+    if (files or others) and len(canvas) == len(files) and not (students and not files):
         uploads = [s for s in skipped if len(s.parts) == 1 and _CANVAS.match(s.parts[0])]
-        return _from_canvas(canvas, workdir / "canvas", uploads) + _refused_rows(
+        return _from_canvas(canvas + others, workdir / "canvas", uploads) + _refused_rows(
             folder, [s for s in skipped if s not in uploads])
     return None
 
 
 def _who(entry: dict) -> dict:
-    return {"student_id": entry.get("sid", ""), "student_name": entry.get("name", "")}
+    return {"student_id": entry.get("sid", ""), "student_name": entry.get("name", ""),
+            "students": entry.get("students", ())}
+
+
+def _absent_rows(root: Path, metadata: dict[str, dict], present: set[str]
+                 ) -> list[Submission]:
+    """A not-gradable row for each submission the export's metadata names but whose folder
+    is not in the export: its students are on the roster, with nothing handed in."""
+    return [Submission(root / _safe_name((name,)), _safe_name((name,)),
+                       refused=f"{_safe_name((name,))}: not gradable: nothing was handed in "
+                       "(the export's metadata names this submission; the export holds no "
+                       "files of it)", **_who(entry))
+            for name, entry in sorted(metadata.items()) if name not in present]
+
+
+def _nothing_gradable(shown: str, files: list[str]) -> str:
+    """Why a submission holding no ``.py``/``.ipynb`` file is not gradable: what it holds."""
+    if not files:
+        return f"{shown}: not gradable: the submission holds no files"
+    listed = ", ".join(files[:MAX_LISTED]) + (f" and {len(files) - MAX_LISTED} more"
+                                              if len(files) > MAX_LISTED else "")
+    return (f"{shown}: not gradable: no .py file and no .ipynb notebook in the submission "
+            f"(it holds {listed})")
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        return not path.read_bytes().strip()
+    except OSError:
+        return False
 
 
 def _refused_rows(root: Path, skipped: list[Skipped]) -> list[Submission]:
@@ -239,11 +274,12 @@ def _refused_note(reasons: list[str]) -> str:
     return "refused (not graded, not given to the submission): " + "; ".join(listed) + more
 
 
-def _from_folder(folder: Path, who: dict, skipped: list[Skipped] = ()
-                 ) -> Submission | None:
+def _from_folder(folder: Path, who: dict, skipped: list[Skipped] = ()) -> Submission:
     """One student's folder as a submission: its main file, its helpers named in the note,
     its links and ``skipped`` members refused and named (``Submission.refused`` when what is
-    left defines no entry point). None for a folder holding nothing of the kind."""
+    left defines no entry point). A folder holding no ``.py``/``.ipynb`` file (a PDF, a text
+    file, nothing), or only empty ones, is a refused row with what it holds: every student
+    of the export has a row."""
     student = _who(who)
     if folder.is_symlink():
         return Submission(folder, folder.name, refused=f"{folder.name}: not gradable: "
@@ -254,7 +290,14 @@ def _from_folder(folder: Path, who: dict, skipped: list[Skipped] = ()
                for link in links] + [s.reason for s in skipped]
     if not candidates:
         return Submission(folder, folder.name, refused=_refusal_text(
-            folder.name, reasons, []), **student) if reasons else None
+            folder.name, reasons, []) if reasons else _nothing_gradable(
+            folder.name, _held_files(folder)), **student)
+    if not reasons and all(_is_empty(path) for path in candidates):
+        shown = ", ".join(p.relative_to(folder).as_posix() for p in candidates[:MAX_LISTED])
+        return Submission(folder, folder.name, refused=f"{folder.name}: not gradable: "
+                          f"{shown} {'is' if len(candidates) == 1 else 'are'} empty (a lab "
+                          "submission defines train_moco and moco_warmup, a builder "
+                          "submission a class MoCo)", **student)
     main = main_file(candidates)
     if reasons and not bound_entry_points(main):
         return Submission(folder, folder.name, refused=_refusal_text(
@@ -285,6 +328,19 @@ def _own_files(folder: Path) -> tuple[list[Path], list[Path]]:
     return candidates, links
 
 
+def _held_files(folder: Path) -> list[str]:
+    """The files a student's folder holds (outside hidden folders, links not followed)."""
+    held = []
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if reached_through_link(folder, relative) or any(part.startswith(".")
+                                                   for part in relative.parts):
+            continue
+        if path.is_file() and not path.is_symlink():
+            held.append(relative.as_posix())
+    return held
+
+
 def _files_note(main: Path, candidates: list[Path], folder: Path) -> str:
     """Which of a student's other files are the main file's helper modules (they reach its
     process) and which are neither graded nor given to it (a second file that binds entry
@@ -310,8 +366,11 @@ def main_file(candidates: list[Path]) -> Path:
 
 
 def _gradescope_metadata(path: Path) -> dict[str, dict]:
-    """``{folder: {"sid", "name"}}`` from Gradescope's export (keys written as Ruby symbols,
-    ``:submitters:``); empty when there is none or it cannot be read."""
+    """``{folder: {"sid", "name", "students"}}`` from Gradescope's export (keys written as
+    Ruby symbols, ``:submitters:``; several submitters for a group); empty when there is none
+    or it cannot be read. A student is late when the entry says so (``:late:``), or when its
+    ``:created_at:`` is after a due date the metadata carries (``:due_date:`` of the entry,
+    of its ``:assignment:``, or of a top-level ``:assignment:``); unknown otherwise."""
     if not path.is_file():
         return {}
     try:
@@ -321,15 +380,69 @@ def _gradescope_metadata(path: Path) -> dict[str, dict]:
     except Exception:  # noqa: BLE001 - the grades do not depend on it
         return {}
     found = {}
-    for folder, entry in data.items() if isinstance(data, dict) else ():
-        submitters = (entry or {}).get(":submitters") or (entry or {}).get("submitters") or []
-        people = [s for s in submitters if isinstance(s, dict)]
+    if not isinstance(data, dict):
+        return found
+    due = _due_date(data)
+    for folder, entry in data.items():
+        if not isinstance(entry, dict):
+            continue
+        submitters = _field(entry, "submitters") or []
+        people = [s for s in submitters if isinstance(s, dict)] if isinstance(
+            submitters, list) else []
         if people:
+            late = _lateness(entry, _due_date(entry) or due)
+            students = tuple(Student(str(_field(p, "sid") or ""), str(_field(p, "name") or ""),
+                                     late, "gradescope") for p in people)
             found[str(folder)] = {
-                "sid": ";".join(str(p.get(":sid") or p.get("sid") or "") for p in people),
-                "name": ";".join(str(p.get(":name") or p.get("name") or "") for p in people),
+                "sid": ";".join(student.id for student in students),
+                "name": ";".join(student.name for student in students),
+                "students": students,
             }
     return found
+
+
+def _field(entry: dict, key: str):
+    """``entry[":key"]`` (Gradescope writes Ruby symbols) or ``entry["key"]``."""
+    value = entry.get(f":{key}")
+    return entry.get(key) if value is None else value
+
+
+def _due_date(entry: dict):
+    """The due date an entry of the metadata carries, itself or in its ``assignment``."""
+    assignment = _field(entry, "assignment")
+    due = _field(entry, "due_date")
+    if due is None and isinstance(assignment, dict):
+        due = _field(assignment, "due_date")
+    return _moment(due)
+
+
+def _lateness(entry: dict, due) -> bool | None:
+    said = _field(entry, "late")
+    if isinstance(said, bool):
+        return said
+    created = _moment(_field(entry, "created_at"))
+    if created is None or due is None:
+        return None
+    try:
+        return created > due
+    except TypeError:  # one with a time zone, one without: not comparable
+        return None
+
+
+def _moment(value):
+    """A time of the metadata as a ``datetime`` (YAML reads most as one already)."""
+    import datetime
+
+    if isinstance(value, datetime.datetime):
+        return value
+    if isinstance(value, str):
+        text = re.sub(r"(\.\d{6})\d+", r"\1", value.strip())  # Ruby writes nanoseconds
+        text = re.sub(r"\s+([+-]\d\d:?\d\d)$", r"\1", text)
+        try:
+            return datetime.datetime.fromisoformat(text)
+        except ValueError:
+            return None
+    return None
 
 
 # Canvas names a repeated upload "file-1.py"
@@ -343,27 +456,40 @@ def _original_name(name: str) -> str:
 
 def _from_canvas(files: list[Path], workdir: Path, skipped: list[Skipped] = ()
                  ) -> list[Submission]:
-    """Canvas's uploads grouped by student, each student's latest graded. An upload that is a
-    link, or a ``skipped`` member, is refused and named on its student (not gradable when
-    nothing of theirs is left)."""
-    by_student: dict[str, list[tuple[int, Path, str]]] = {}
+    """Canvas's uploads grouped by student (the user id of the file name: each student once),
+    each student's latest ``.py``/``.ipynb`` upload graded. An upload that is a link, or a
+    ``skipped`` member, is refused and named on its student (not gradable when nothing of
+    theirs is left); a student who uploaded only other files (a PDF, a text) is not gradable,
+    with what they uploaded. Late when the graded upload's name says ``LATE_``."""
+    by_student: dict[str, list[tuple[int, Path, str, bool]]] = {}
     refusals: dict[str, list[str]] = {}
+    logins: dict[str, str] = {}
+    others: dict[str, list[tuple[int, str, bool]]] = {}
     for path in files:
         match = _CANVAS.match(path.name)
+        user, number, late = match["user"], int(match["submission"]), bool(match["late"])
+        logins.setdefault(user, match["login"])
         if path.is_symlink():
-            refusals.setdefault(match["user"], []).append(
-                f"{link_text(path, path.name)}, not followed")
-            continue
-        by_student.setdefault(match["user"], []).append(
-            (int(match["submission"]), path, match["login"]))
+            refusals.setdefault(user, []).append(f"{link_text(path, path.name)}, not followed")
+        elif path.suffix not in SUBMISSION_SUFFIXES:
+            others.setdefault(user, []).append((number, match["file"], late))
+        else:
+            by_student.setdefault(user, []).append((number, path, match["login"], late))
     for member in skipped:
-        refusals.setdefault(_CANVAS.match(member.parts[0])["user"], []).append(member.reason)
+        match = _CANVAS.match(member.parts[0])
+        logins.setdefault(match["user"], match["login"])
+        refusals.setdefault(match["user"], []).append(member.reason)
     submissions = []
-    for user in sorted(set(by_student) | set(refusals)):
+    for user in sorted(set(by_student) | set(refusals) | set(others)):
         entries = by_student.get(user)
         if not entries:
-            submissions.append(Submission(workdir / user, user, user, refused=_refusal_text(
-                user, refusals[user], [])))
+            uploads = sorted(others.get(user, ()))
+            late = uploads[-1][2] if uploads else None
+            refused = _refusal_text(user, refusals[user], []) if user in refusals else \
+                _nothing_gradable(user, [name for _, name, _ in uploads])
+            submissions.append(Submission(workdir / user, user, user, logins[user],
+                                          refused=refused,
+                                          students=(Student(user, logins[user], late, "canvas"),)))
             continue
         submission = _latest_upload(user, entries, workdir)
         if user in refusals:
@@ -373,7 +499,7 @@ def _from_canvas(files: list[Path], workdir: Path, skipped: list[Skipped] = ()
     return submissions
 
 
-def _latest_upload(user: str, entries: list[tuple[int, Path, str]], workdir: Path
+def _latest_upload(user: str, entries: list[tuple[int, Path, str, bool]], workdir: Path
                    ) -> Submission:
     """A Canvas student's latest upload copied into ``workdir/<user>`` under its own names,
     as a submission (the note says which of several it is, and its helpers)."""
@@ -383,17 +509,20 @@ def _latest_upload(user: str, entries: list[tuple[int, Path, str]], workdir: Pat
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     attempt = []
-    for number, path, login in entries:
+    for number, path, login, late in entries:
         if number == latest:
             copy = folder / _original_name(_CANVAS.match(path.name)["file"])
             shutil.copyfile(path, copy)
-            attempt.append((number, copy, login))
-    main = main_file([path for _, path, _ in attempt])
+            attempt.append((number, copy, login, late))
+    main = main_file([path for _, path, _, _ in attempt])
     notes = []
     earlier = sorted({entry[0] for entry in entries} - {latest})
+    late = any(entry[3] for entry in attempt)
     if earlier:
-        notes.append(f"latest of {len(earlier) + 1} submissions (submission {latest}; "
-                     f"earlier: {', '.join(map(str, earlier))})")
-    notes.append(_files_note(main, [path for _, path, _ in attempt], folder))
-    return Submission(main, f"{user}/{main.name}", user, attempt[0][2],
-                      "; ".join(note for note in notes if note))
+        notes.append(f"latest of {len(earlier) + 1} submissions (submission {latest}"
+                     + (", late" if late else "") + f"; earlier: {', '.join(map(str, earlier))})")
+    notes.append(_files_note(main, [path for _, path, _, _ in attempt], folder))
+    login = attempt[0][2]
+    return Submission(main, f"{user}/{main.name}", user, login,
+                      "; ".join(note for note in notes if note),
+                      students=(Student(user, login, late, "canvas"),))

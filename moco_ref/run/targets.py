@@ -20,6 +20,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,37 @@ class Target:
     note: str = ""  # how the file was chosen (latest of several, helper modules beside it)
     helpers: bool = True  # may the .py files beside it be its helpers (its own folder)?
     refused: str = ""  # why it is not gradable without running anything (a link, a bad member)
+    # who handed it in, from the export's metadata (several for a group submission)
+    students: tuple[Student, ...] = ()
+
+    def roster(self) -> tuple[Student, ...]:
+        """Its students: the export's (``students``, one per member of a group), else one
+        from ``student_id`` and ``student_name``, else none (a plain class folder)."""
+        if self.students:
+            return self.students
+        if self.student_id or self.student_name:
+            return (Student(self.student_id, self.student_name),)
+        return ()
+
+
+@dataclass(frozen=True)
+class Student:
+    """One student of a submission, as the export names them."""
+
+    id: str = ""  # Gradescope's SID, Canvas's user id
+    name: str = ""
+    late: bool | None = None  # None: the export does not say
+    platform: str = ""  # whose id: "canvas" (Canvas's user id), "gradescope" (the SID)
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "name": self.name, "late": self.late,
+                "platform": self.platform}
+
+    def label(self) -> str:
+        """``Ada Lovelace (9001)``; the name or the id alone when only one is known."""
+        if self.name and self.id:
+            return f"{self.name} ({self.id})"
+        return self.name or self.id
 
 
 # --------------------------------------------------------------------------- which targets
@@ -145,6 +177,32 @@ def named_targets(raw) -> list[Target]:
 
 
 # --------------------------------------------------------------------------- names
+
+
+def student_label(target: Target) -> str:
+    """Who a submission is, for tables and reports: its students' names (``label``),
+    ``, ``-joined for a group; the submission's name when the export names no one."""
+    labels = [student.label() for student in target.roster() if student.label()]
+    return ", ".join(labels) or target.name
+
+
+_UNSAFE_STEM = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def feedback_stem(target: Target) -> str:
+    """The stem of a submission's feedback page: its students' names and ids made safe
+    (``Ada_Lovelace-9001``, ``+``-joined for a group), so a teacher can hand each student
+    theirs; ``report_stem`` when the export names no one."""
+    parts = []
+    for student in target.roster():
+        words = "-".join(w for w in (student.name, student.id) if w)
+        safe = _UNSAFE_STEM.sub("_", words).strip("._")[:80]
+        if safe:
+            parts.append(safe)
+    if not parts:
+        return report_stem(target)
+    named_apart = all(student.id for student in target.roster())  # ids are unique, names not
+    return "+".join(parts) + ("" if named_apart else f"__{report_stem(target)}")
 
 
 def report_stem(target: Target) -> str:

@@ -123,10 +123,11 @@ def _hostile_outcomes() -> list[Outcome]:
 def test_grades_and_summary_csv_written_by_the_batch_hold_no_formula(tmp_path):
     result = BatchResult(outcomes=_hostile_outcomes(), wall_seconds=1.0)
     write_summary(tmp_path, result, GradeOptions(), shard=None, jobs=1, isolation="test")
-    for file in ("grades.csv", "summary.csv"):
+    for file in ("grades.csv", "summary.csv", "canvas_import.csv"):
         text = (tmp_path / file).read_text(encoding="utf-8")
         rows = _cells(text)
-        assert len(rows) == 1 + len(result.outcomes), file
+        headers = 2 if file == "canvas_import.csv" else 1  # Canvas's "Points Possible" row
+        assert len(rows) == headers + len(result.outcomes), file
         for row in rows:
             for cell in row:
                 assert not cell.startswith(FORMULA_START), (file, cell)
@@ -148,7 +149,7 @@ def test_the_graders_numbers_stay_unquoted_numbers():
              "style": "lab", "student_id": "@1", "student_name": "-x", "status": "graded",
              "failed_families": ["I3"]}]
     grades = gradebook_csv(rows).splitlines()[1]
-    assert grades == '"\'@1","\'-x","\'=1+1",9.52,10,95.23,"graded","I3"'
+    assert grades == '"\'@1","\'-x","\'=1+1","",9.52,10,95.23,"graded","","I3"'
     summary = summary_csv(rows).splitlines()[1]
     assert summary == '"\'=1+1",True,9.5234,10.0,"I3-fifo-keeps-newest",0.25,False,"lab"'
 
