@@ -8,6 +8,7 @@ traceback, never a crash of the grading run.
 
 from __future__ import annotations
 
+import re
 import time
 import traceback
 from dataclasses import replace
@@ -48,8 +49,8 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
     if style in JUDGED_STYLES:
         try:
             evidence = JUDGED_STYLES[style].evidence(observations, options)
-        except Exception:  # noqa: BLE001 - a malformed record is every check's error
-            broken = "the observation record could not be read:\n" + traceback.format_exc()
+        except Exception as exc:  # noqa: BLE001 - a malformed record: every check not judged
+            broken = not_followed(exc, "the observation record")
     results, crashes = [], {}
     for spec in all_checks():
         if not options.selects(spec.check_id):
@@ -58,7 +59,8 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
             results.append(_result(spec, Status.NOT_APPLICABLE,
                                    not_applicable_reason(spec, style)))
         elif evidence is None:
-            results.append(_result(spec, Status.ERROR, broken or f"style {style!r} is not judged"))
+            results.append(_result(spec, Status.NOT_JUDGED, broken) if broken else
+                           _result(spec, Status.ERROR, f"style {style!r} is not judged"))
         elif deadline is not None and time.monotonic() > deadline:
             results.append(_result(spec, Status.ERROR, OUT_OF_TIME))
         else:
@@ -116,10 +118,37 @@ def run_check(spec: CheckSpec, style: str, evidence: object,
         return _result(spec, Status.TIMEOUT if gap.gap.timed_out else Status.ERROR, str(gap))
     except SubmissionError as error:
         return _result(spec, Status.ERROR, str(error))
-    except Exception:  # noqa: BLE001 - a grader bug must not take the other checks down
-        return _result(spec, Status.ERROR,
-                       "the grader could not judge this check:\n" + traceback.format_exc())
+    except Exception as exc:  # noqa: BLE001 - a grader bug must not take the other checks down
+        return _result(spec, Status.NOT_JUDGED, not_followed(exc, "train_moco's run"),
+                       {"grader_exception": _where_raised(exc)})
     return _result(spec, Status.PASSED, note or "")
+
+
+def not_followed(exc: BaseException, what: str) -> str:
+    """What a check says when the grader's reading of the record met structure it does not
+    model: the submission's terms only — no traceback, no grader path (the exception's type
+    and the grader's own function, for whoever maintains the grader, in ``details``)."""
+    return (f"not judged: the grader could not follow {what} here — it has a structure the "
+            f"grader's reading of it does not model ({_plain_reason(exc)}); the other checks "
+            "say what the submission did")
+
+
+def _plain_reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:160]
+    text = _PATH.sub("<grader>", text)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+_PATH = re.compile(r"(?:/[^\s'\"]+)+")
+
+
+def _where_raised(exc: BaseException) -> str:
+    """``function (file.py:line)`` of the grader's frame that raised: names, not paths."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return type(exc).__name__
+    last = frames[-1]
+    return f"{type(exc).__name__} in {last.name} ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
 
 
 def _result(spec: CheckSpec, status: Status, message: str, details: dict | None = None):

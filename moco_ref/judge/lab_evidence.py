@@ -28,7 +28,15 @@ import torch
 import torch.nn.functional as F
 
 from moco_ref.core.contrastive import same_source_mask
-from moco_ref.judge.assertions import SubmissionCrashed, SubmissionError, describe_value, fmt_ids
+from moco_ref.judge.assertions import (
+    NotExercised,
+    NotJudged,
+    SubmissionCrashed,
+    SubmissionError,
+    describe_value,
+    fail,
+    fmt_ids,
+)
 from moco_ref.judge.gaps import observed
 from moco_ref.judge.invariants import (
     KeyUpdate,
@@ -87,7 +95,7 @@ class QueueAnalysis:
     ids: torch.Tensor  # [n] int64
     dim_first: bool  # returned as [d, n]
     total_arrivals: int
-    capacity: int | None  # None when the queue never dropped an entry
+    capacity: int | None  # None when the queue never dropped an entry; 0 when it held none
     kinds: list[str]  # per entry: "key", "query", "raw key", "recomputed key", "unknown"
     positions: torch.Tensor  # [n] arrival number each entry is a copy of (−1 unknown)
     sources: list[tuple[int, int]]  # (step, row) of each entry's arrival, (−1, −1) unknown
@@ -99,7 +107,7 @@ class QueueAnalysis:
 
     def contents(self, rule: str | None, labels: list[torch.Tensor], steps: int) -> torch.Tensor:
         """Labels held after ``steps`` enqueues under ``rule`` (FIFO when unknown)."""
-        if steps <= 0:
+        if steps <= 0 or self.capacity == 0:  # capacity 0: the queue never held a key
             return torch.empty(0, dtype=torch.int64)
         capacity = self.capacity if self.capacity is not None else self.total_arrivals + 1
         return queue_contents(rule or "fifo", labels[:steps], capacity)[-1]
@@ -233,30 +241,94 @@ class LabEvidence:
             if event["view_calls"] > 0:
                 by_batch.setdefault(batch_of_call[event["view_calls"] - 1], []).append(index)
         query_tag, key_tag = self.roles
-        steps: list[LabStep] = []
-        seen: set[int] = set()
-        epoch = 0
-        n_train = len(run["train"])
-        for b, calls in enumerate(batches):
-            # an epoch ends when every training id was seen, or when a batch brings back an id
-            # this epoch already had (its last partial batch was dropped, as the official
-            # training loop does with drop_last)
-            batch_ids = set(view_calls[calls[0]].tolist()) - {-1}
-            if seen and batch_ids & seen:
-                seen, epoch = set(), epoch + 1
-            step = self._step(len(steps), epoch, calls, by_batch.get(b, []), query_tag, key_tag)
-            if step is None:
-                continue
-            steps.append(step)
-            seen.update(step.ids.tolist())
-            if len(seen) >= n_train:
-                seen, epoch = set(), epoch + 1
+        steps = self._follow(batches, view_calls, by_batch, query_tag, key_tag)
+        if not steps and query_tag != key_tag and not any(
+                event["instance"] == key_tag for event in events):
+            # the key encoder train_moco returned never ran on an image: its keys came from
+            # another forward of the query encoder (followed so, and charged by I1/I7)
+            steps = self._follow(batches, view_calls, by_batch, query_tag, query_tag)
+            self.keys_from_query_encoder = bool(steps)
         if not steps:
             raise SubmissionError(
                 "no training step could be followed: no batch had both a query forward and a "
                 "key forward of the model copies train_moco returned"
             )
         return steps
+
+    keys_from_query_encoder = False  # set by ``steps``: the returned key encoder never ran
+
+    def require_key_encoder_used(self) -> None:
+        """``CheckFailure`` when the keys were encoded by the query encoder (the key encoder
+        ``train_moco`` returned never ran on an image), said in those words."""
+        _ = self.steps  # following the steps decides keys_from_query_encoder
+        if self.keys_from_query_encoder:
+            first = self.steps[0]
+            fail("the keys were encoded by the query encoder: the key encoder train_moco "
+                 "returned never ran on an image", where=f"from step 0 (ids {fmt_ids(first.ids)})",
+                 expected="k = key(view_k), the momentum encoder's output",
+                 got="k = query(view_k) at every step (the key encoder's EMA, if any, moves a "
+                     "model no key comes from)")
+
+    def _follow(self, batches, view_calls, by_batch, query_tag, key_tag) -> list[LabStep]:
+        run = self.require_run()
+        steps: list[LabStep] = []
+        seen: set[int] = set()
+        epoch = 0
+        n_train = len(run["train"])
+        for b, calls in enumerate(batches):
+            segments = self._substeps(calls, by_batch.get(b, []), query_tag, key_tag)
+            for segment in segments:
+                # an epoch ends when every training id was seen, or when a batch brings back an
+                # id this epoch already had (its last partial batch was dropped, as the official
+                # training loop does with drop_last)
+                step = self._step(len(steps), epoch, calls, segment, query_tag, key_tag)
+                batch_ids = (set(view_calls[calls[0]].tolist()) if len(segments) == 1 or step
+                             is None else set(step.ids.tolist())) - {-1}
+                if seen and batch_ids & seen:
+                    seen, epoch = set(), epoch + 1
+                if step is None:
+                    continue
+                step.epoch = epoch
+                steps.append(step)
+                seen.update(step.ids.tolist())
+                if len(seen) >= n_train:
+                    seen, epoch = set(), epoch + 1
+        return steps
+
+    def _substeps(self, calls, event_indices, query_tag, key_tag) -> list[list[int]]:
+        """The forwards of one pair of ``views`` calls, as the steps they belong to. Usually one
+        step; when ``views`` ran on more images than a batch (e.g. on the whole training set
+        once per epoch, each batch slicing those views), every query forward on ids no other
+        one had, paired with the key forward on the same ids, is a step of its own."""
+        if query_tag == key_tag or len(event_indices) < 4:
+            return [event_indices]
+        events = self.require_run()["events"]
+        calls_t = torch.tensor(calls)
+
+        def ids_of(i: int) -> frozenset:
+            rows = torch.isin(events[i]["rows_call"], calls_t)
+            return frozenset(events[i]["rows_id"][rows].tolist())
+
+        queries = [i for i in event_indices if events[i]["instance"] == query_tag and ids_of(i)]
+        if len(queries) < 2:
+            return [event_indices]
+        id_sets = [ids_of(i) for i in queries]
+        if sum(map(len, id_sets)) != len(frozenset().union(*id_sets)):
+            return [event_indices]  # queries share ids (e.g. a symmetric loss): one step
+        keys = [i for i in event_indices if events[i]["instance"] == key_tag]
+        pairs = []
+        for q, ids in zip(queries, id_sets):
+            k = next((i for i in keys if ids_of(i) == ids), None)
+            if k is None:
+                return [event_indices]
+            pairs.append((min(q, k), max(q, k)))
+        starts = [start for start, _ in pairs]
+        if any(end >= later for (_, end), later in zip(pairs, starts[1:])):
+            return [event_indices]  # the pairs interleave: not one step after another
+        bounds = starts[1:] + [event_indices[-1] + 1]
+        first = [i for i in event_indices if i < starts[0]]
+        return [([*first] if n == 0 else []) + [i for i in event_indices if start <= i < end]
+                for n, (start, end) in enumerate(zip(starts, bounds))]
 
     def _step(self, index, epoch, calls, event_indices, query_tag, key_tag) -> LabStep | None:
         events = self.require_run()["events"]
@@ -376,13 +448,18 @@ class LabEvidence:
             )
         d = int(self.require_run()["projection_dim"])
         dim_first = keys.shape[1] != d and keys.shape[0] == d
+        if keys.shape[1] != d and not dim_first:
+            raise NotJudged(
+                "contract-returns-seven-values",
+                f"train_moco returned a queue of {keys.shape[0]} rows {keys.shape[1]} wide, but "
+                f"the keys its key encoder made are {d} wide: no entry can be read as a key")
         keys = (keys.T if dim_first else keys).to(torch.float64)
         ids = ids.to(torch.int64)
         steps = self.steps
         arrival_ids = [s.ids for s in steps]
         positions_per_step = arrival_numbers([len(s.ids) for s in steps])
         total = sum(len(s.ids) for s in steps)
-        capacity = len(keys) if total > len(keys) else None
+        capacity = len(keys) if total > len(keys) else None  # 0: the queue never held a key
 
         # Candidates an entry may be a copy of: [M, d], with (kind, position) per row.
         normal_k = [F.normalize(s.k.to(torch.float64), dim=1) for s in steps]
@@ -419,14 +496,16 @@ class LabEvidence:
         sources = [step_row.get(int(p), (-1, -1)) for p in positions.tolist()]
 
         rule_capacity = capacity if capacity is not None else total + 1
-        key_rule = None
-        if bool((positions >= 0).all()):
-            key_rule = identify_queue_rule(positions, positions_per_step, rule_capacity)
-        flat_ids = torch.cat(arrival_ids)
-        if key_rule is not None and torch.equal(ids, flat_ids[positions]):
-            id_rule = "with-keys"
-        else:
-            id_rule = identify_queue_rule(ids, arrival_ids, rule_capacity)
+        key_rule, id_rule = None, None
+        if rule_capacity > 0:  # an empty queue was kept by no rule at all
+            if bool((positions >= 0).all()):
+                key_rule = identify_queue_rule(positions, positions_per_step, rule_capacity)
+            flat_ids = torch.cat(arrival_ids)
+            if (key_rule is not None and len(ids) == len(positions)
+                    and torch.equal(ids, flat_ids[positions])):
+                id_rule = "with-keys"
+            else:
+                id_rule = identify_queue_rule(ids, arrival_ids, rule_capacity)
         counted = [k for k in kinds if k in ("key", "query", "raw key")]
         stored = max(("key", "query", "raw key"), key=counted.count) if counted else "key"
         return QueueAnalysis(
@@ -444,6 +523,18 @@ class LabEvidence:
             arrival_ids=arrival_ids,
             arrival_positions=positions_per_step,
         )
+
+    def require_entries(self, what: str) -> QueueAnalysis:
+        """The queue analysis; ``NotExercised`` (not judged, never passed) when the queue
+        ``train_moco`` returned holds no entry although keys were made: there is nothing to
+        judge ``what`` on (the empty queue itself is I3-fifo-keeps-newest's failure)."""
+        queue = self.queue
+        if len(queue.keys) == 0 and queue.total_arrivals > 0:
+            raise NotExercised(
+                f"not judged: the queue train_moco returned holds no entry ({queue.total_arrivals}"
+                f" keys were made over {len(self.steps)} steps and none was kept), so there is "
+                f"no stored entry {what} (I3-fifo-keeps-newest charges the empty queue)")
+        return queue
 
     def _step_of_call(self) -> dict[int, int]:
         """View call → step index, via each step's query event rows."""

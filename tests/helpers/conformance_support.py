@@ -30,8 +30,8 @@ def manifest_entries() -> list[dict]:
 
 def load_namespace(path: Path) -> dict:
     """The module globals of a ``.py`` submission, or a notebook's definitions."""
-    if path.suffix == ".ipynb":
-        return _load_notebook(path)
+    if path.suffix == ".ipynb" or "get_ipython()" in path.read_text():
+        return _load_notebook(path)  # IPython's meaning (a notebook, or its .py export)
     spec = importlib.util.spec_from_file_location(f"example_submission_{next(_counter)}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -43,3 +43,92 @@ def parameter_sets(draw):
     return draw(
         st.lists(st.lists(st.integers(1, 4), min_size=0, max_size=3), min_size=1, max_size=4)
     )
+
+
+# --------------------------------------------------------------------------- mutated records
+# A mutation is (kind, target, amount): ``target`` picks one of the record's leaves (modulo
+# how many there are), ``amount`` sizes the change. ``mutate_record`` applies a list of them.
+
+RECORD_MUTATIONS = ("shape", "width", "values", "dtype", "length", "duplicate", "drop", "none")
+
+
+@st.composite
+def record_mutations(draw, max_mutations: int = 3):
+    """One to ``max_mutations`` mutations of an observation record: tensors' shapes, widths,
+    values and dtypes, lists' lengths and duplicated entries (repeated steps), dropped keys."""
+    return draw(st.lists(st.tuples(st.sampled_from(RECORD_MUTATIONS), st.integers(0, 10**6),
+                                   st.integers(1, 7)), min_size=1, max_size=max_mutations))
+
+
+def _leaves(value, path=()):
+    """``(path, value)`` of every tensor, list and dict entry under ``value``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield path + (key,), item
+            yield from _leaves(item, path + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield path + (index,), item
+            yield from _leaves(item, path + (index,))
+
+
+def _set(root, path, value) -> None:
+    for key in path[:-1]:
+        root = root[key]
+    if value is _DROP:
+        del root[path[-1]]
+    else:
+        root[path[-1]] = value
+
+
+_DROP = object()
+
+
+def _changed_tensor(kind: str, tensor: torch.Tensor, amount: int):
+    if kind == "shape":
+        return tensor.reshape(-1) if tensor.ndim != 1 else tensor[: max(len(tensor) - amount, 0)]
+    if kind == "width":
+        if tensor.ndim == 0:
+            return tensor.reshape(1)
+        pad = torch.zeros(*tensor.shape[:-1], amount, dtype=tensor.dtype)
+        return torch.cat([tensor, pad], dim=-1)
+    if kind == "values":
+        if tensor.is_floating_point():
+            return tensor * (-float(amount)) + (float("nan") if amount == 7 else 0.0)
+        return tensor + amount * 997
+    if kind == "dtype":
+        return tensor.to(torch.float64 if not tensor.is_floating_point() else torch.int64)
+    if kind == "length":
+        return tensor[: max(len(tensor) // (amount + 1), 0)] if tensor.ndim else tensor
+    if kind == "duplicate":
+        return torch.cat([tensor, tensor[:amount]]) if tensor.ndim else tensor
+    return None
+
+
+def mutate_record(record: dict, mutations) -> dict:
+    """A mutated copy of ``record`` (the original is left as it is)."""
+    import copy
+
+    record = copy.deepcopy(record)
+    for kind, target, amount in mutations:
+        leaves = list(_leaves(record))
+        if not leaves:
+            break
+        path, value = leaves[target % len(leaves)]
+        if kind == "drop":
+            _set(record, path, _DROP)
+        elif kind == "none":
+            _set(record, path, None)
+        elif isinstance(value, torch.Tensor):
+            _set(record, path, _changed_tensor(kind, value, amount))
+        elif isinstance(value, list):
+            if kind == "duplicate":
+                start = amount % max(len(value), 1)
+                _set(record, path, value[: start + 1] + value[start:])  # a repeated step
+            elif kind in ("length", "shape"):
+                _set(record, path, value[: len(value) // (amount + 1)])
+        elif isinstance(value, bool):
+            _set(record, path, not value)
+        elif isinstance(value, (int, float)):
+            _set(record, path, value * -amount if kind == "values" else value + amount)
+    return record

@@ -229,6 +229,11 @@ def contract_trace_matches_run_lab(ev: LabEvidence) -> str | None:
         if not all(key in entry for key in LAB_TRACE_KEYS):
             continue
         positions, ids = queue.held_after(index + 1)
+        if not len(positions):  # the queue held nothing: only its size can be compared
+            require(entry["queue_size"] == 0, "trace does not describe the queue the run kept",
+                    where=f"trace[{index}]", expected="queue_size 0 (the queue never held a key)",
+                    got=f"queue_size {entry['queue_size']!r}")
+            continue
         expected = {"step": index, "queue_size": len(positions),
                     "first_source_id": int(ids[0]), "last_source_id": int(ids[-1])}
         if stored_id is not None:  # ids the queue does not keep faithfully are I3's charge

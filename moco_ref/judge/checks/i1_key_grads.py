@@ -30,6 +30,7 @@ def i1_key_grads_none_lab(ev: LabEvidence) -> str | None:
     """Every parameter of the key encoder has ``.grad is None`` throughout training and after
     it: the key encoder is moved only by the EMA, never by back-propagation."""
     run = ev.require_run()
+    ev.require_key_encoder_used()
     names = [n for n, _ in ev.segments]
     for step in ev.steps:
         event = run["events"][step.key_event]

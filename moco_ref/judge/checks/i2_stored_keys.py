@@ -79,7 +79,7 @@ def i2_entries_are_arrival_keys_lab(ev: LabEvidence) -> str | None:
     """Every entry of the returned queue equals (to float tolerance) the normalized key the key
     encoder produced for that image at the step it was enqueued: entries are stored, not
     recomputed, and they are keys — not queries, not unnormalized projections."""
-    queue = ev.queue
+    queue = ev.require_entries("to compare with the keys of its step")
     wrong = [j for j, kind in enumerate(queue.kinds) if kind != "key"]
     if not wrong:
         return None
@@ -154,6 +154,7 @@ def i2_negatives_not_recomputed_lab(ev: LabEvidence) -> str | None:
     """The negatives of each step are the queue's stored keys; the key encoder is not run
     again on the queued images (that would make old keys move with θk, which MoCo's queue
     exists to avoid)."""
+    ev.require_entries("whose use as a negative could be followed")
     diagnosis, steps = loss_steps(ev, "whether the negatives were recomputed")
     if diagnosis.steps_where("negatives", ("recomputed",), steps):
         step = next(s for s in ev.steps if s.recomputed is not None)

@@ -111,6 +111,13 @@ def i3_fifo_keeps_newest_lab(ev: LabEvidence) -> str | None:
     oldest are dropped first, also when a batch does not divide the capacity (the probe's
     queue wraps in the middle of a batch)."""
     queue = ev.queue
+    if queue.capacity == 0:
+        fail("the queue never received a key (is the enqueue missing, or is its result thrown "
+             "away?)", where=_final_where(ev),
+             expected=f"the last keys of the {queue.total_arrivals} made over "
+                      f"{len(ev.steps)} steps",
+             got="an empty queue (and "
+                 f"{len(queue.ids)} queue_ids)")
     expected_capacity = ev.options.expect_capacity
     if expected_capacity is not None:
         require(len(queue.keys) == min(expected_capacity, queue.total_arrivals),
@@ -212,7 +219,7 @@ OLDEST_FIRST_ORDER = check(
 def i3_oldest_first_order_lab(ev: LabEvidence) -> str | None:
     """The queue lists its entries in arrival order, oldest first (a ring buffer is rotated to
     start at its oldest slot)."""
-    queue = ev.queue
+    queue = ev.require_entries("to read in order")
     if not _positions_known(ev):
         capacity = queue.capacity or queue.total_arrivals + 1
         expected_ids = fifo_contents(queue.arrival_ids, capacity)[-1]
@@ -292,7 +299,7 @@ IDS_MOVE_WITH_KEYS = check(
 def i3_ids_move_with_keys_lab(ev: LabEvidence) -> str | None:
     """``queue_ids[j]`` is the source id of the image whose key is ``queue[j]``: ids are
     enqueued and dropped together with their keys."""
-    queue = ev.queue
+    queue = ev.require_entries("whose id could be compared with its key's")
     if _positions_known(ev):
         flat = torch.cat(queue.arrival_ids)
         expected = flat[queue.positions]

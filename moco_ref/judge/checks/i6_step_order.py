@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from moco_ref.judge.assertions import (
+    NotJudged,
     assert_close,
     at_step,
     fail,
@@ -68,8 +69,9 @@ def i6_ema_uses_current_query(ev: LabEvidence) -> str | None:
     the key forward inside ``forward``) is neither order."""
     ema = ev.ema
     if ema.uses == "none":
-        # no EMA at all is I7's charge; there is no place in the step to get wrong
-        return "the key encoder never moved, so no EMA could be out of order (I7 judges the EMA)"
+        # no EMA at all is I7's charge: there is no update whose place in the step was seen
+        raise NotJudged("I7-ema-law", "the key encoder never moved, so no EMA update was seen "
+                                      "whose place in the step could be judged")
     if ema.uses == "stale" or ema.trailing == "stale":
         stale = [u for u in ema.updates if u.fits_stale and not u.fits_current] or ema.updates
         update = next((u for u in stale if u.residual_current > 0.05 and u.residual_stale < 0.05),

@@ -92,6 +92,8 @@ def i7_ema_law(ev: LabEvidence) -> str | None:
     """Between two key forwards θk changes only by θk ← m·θk + (1 − m)·θq, over every
     parameter, with one m for the whole run (fitted from the snapshots): not by the
     optimizer, not on part of the model."""
+    if isinstance(ev, LabEvidence):
+        ev.require_key_encoder_used()
     ema = ev.ema
     if ema.uses == "none":  # m = 1 fits trivially, but it is no moving average at all
         fail("the key encoder never moved: no EMA update was applied", where="over the whole run",
@@ -172,6 +174,7 @@ def i7_momentum_in_range_lab(ev: LabEvidence) -> str | None:
     """The inferred m lies in [0.5, 1): the key encoder keeps most of its own value each step
     (m = 0 copies θq, m < 0.5 is an EMA with its coefficients swapped, m = 1 never moves).
     When the assignment pins m (``--expect-m``), m must match it."""
+    ev.require_key_encoder_used()
     ema = ev.ema
     m = ema.m
     if ema.uses == "none" or m is None:
