@@ -83,7 +83,8 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_test(args: argparse.Namespace) -> int:
-    from moco_ref.tools.autograder import AutograderError, try_autograder
+    from moco_ref.tools.autograder import AutograderError
+    from moco_ref.tools.autograder_try import try_autograder
 
     try:
         import jsonschema  # noqa: F401

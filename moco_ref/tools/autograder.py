@@ -1,12 +1,13 @@
-"""A Gradescope autograder made of moco-ref: build its zip, run it for one submission the way
-Gradescope does, and try a zip locally.
+"""A Gradescope autograder made of moco-ref: build its zip, and run it for one submission the
+way Gradescope does (``autograder_try`` tries a zip locally).
 
 The zip holds ``setup.sh`` (run once by Gradescope when it builds the image: a Python ≥ 3.11
 virtual environment with CPU torch and the moco-ref wheel inside the zip), ``run_autograder``
 (run for every submission: it calls ``moco-ref gradescope run``), the course's
 ``rubric.toml``, ``moco-ref-autograder.json`` (style and timeout) and ``wheels/`` (this
 version of moco-ref). Everything lives under ``/autograder`` — or under
-``$MOCO_REF_AUTOGRADER_ROOT``, which is how ``try_autograder`` runs it in a temporary tree.
+``$MOCO_REF_AUTOGRADER_ROOT``, which is how ``autograder_try.try_autograder`` runs it in a
+temporary tree.
 
 What grading one submission needs (``RUN_NEEDS``: memory and seconds, measured) is stated by
 the build; when Gradescope's ``submission_metadata.json`` is there, a rubric total other than
@@ -23,7 +24,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -48,7 +48,7 @@ CONFIG_NAME = "moco-ref-autograder.json"
 RUBRIC_NAME = "rubric.toml"
 WHEELS = "wheels"
 REQUIRED_MEMBERS = ("setup.sh", "run_autograder")
-_EXECUTABLE = 0o755
+EXECUTABLE = 0o755
 _SKIPPED_DIRS = {"__pycache__", "__MACOSX", ".git", ".ipynb_checkpoints", "node_modules"}
 _SKIPPED_FILES = {"setup.py", "conftest.py"}
 
@@ -297,7 +297,7 @@ def build_autograder(out, *, rubric_path=None, style: str | None = None,
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             for name, text in scripts.items():
                 info = zipfile.ZipInfo(name, date_time=time.localtime()[:6])
-                info.external_attr = (stat.S_IFREG | _EXECUTABLE) << 16
+                info.external_attr = (stat.S_IFREG | EXECUTABLE) << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
                 archive.writestr(info, text)
             archive.writestr(RUBRIC_NAME, rubric_text)
@@ -496,99 +496,3 @@ def write_failure_results(root=None, seconds: float = 0.0) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps_strict(gradescope_results(report)), encoding="utf-8")
     return path
-
-
-# --------------------------------------------------------------------------- try a zip locally
-
-
-@dataclass
-class TryResult:
-    root: Path
-    returncode: int
-    data: dict | None
-    problems: list[str] = field(default_factory=list)
-    stdout: str = ""
-    stderr: str = ""
-
-    @property
-    def valid(self) -> bool:
-        return self.data is not None and not self.problems
-
-
-def _unpack(zip_path: Path, source: Path) -> None:
-    if not zip_path.is_file():
-        raise AutograderError(f"no such file: {zip_path}")
-    if not zipfile.is_zipfile(zip_path):
-        raise AutograderError(f"{zip_path} is not a zip file")
-    with zipfile.ZipFile(zip_path) as archive:
-        names = archive.namelist()
-        missing = [name for name in REQUIRED_MEMBERS if name not in names]
-        if missing:
-            raise AutograderError(f"{zip_path} has no {missing[0]} at its root (Gradescope "
-                                  "needs setup.sh and run_autograder there)")
-        for name in names:
-            target = (source / name).resolve()
-            if not target.is_relative_to(source.resolve()):
-                raise AutograderError(f"{zip_path}: member {name!r} would land outside the "
-                                      "autograder's source folder")
-        archive.extractall(source)
-
-
-def try_autograder(zip_path, submission, *, keep=None, timeout: float = 900.0) -> TryResult:
-    """Unpack ``zip_path`` into an ``/autograder``-shaped tree (``keep``, or a temporary
-    folder), put ``submission`` (a file or a folder) into ``submission/``, run
-    ``run_autograder`` as Gradescope does — without ``setup.sh``: this environment already
-    has moco-ref — and validate ``results/results.json`` against Gradescope's format."""
-    from moco_ref.report.lms import gradescope_problems
-
-    zip_path, submission = Path(zip_path), Path(submission)
-    if not submission.exists():
-        raise AutograderError(f"no such file or folder: {submission}")
-    if keep is not None:
-        root = Path(keep).absolute()
-        if root.exists() and any(root.iterdir()):
-            raise AutograderError(f"--keep {root} is not empty")
-        root.mkdir(parents=True, exist_ok=True)
-        return _try_in(root, zip_path, submission, timeout, gradescope_problems)
-    with tempfile.TemporaryDirectory(prefix="moco-ref-autograder-") as scratch:
-        return _try_in(Path(scratch), zip_path, submission, timeout, gradescope_problems)
-
-
-def _try_in(root: Path, zip_path: Path, submission: Path, timeout: float, problems_of):
-    root = root.absolute()
-    source, handed_in, results = root / "source", root / "submission", root / "results"
-    for folder in (source, handed_in, results):
-        folder.mkdir(parents=True, exist_ok=True)
-    _unpack(zip_path, source)
-    if submission.is_dir():
-        shutil.copytree(submission, handed_in, dirs_exist_ok=True)
-    else:
-        shutil.copy2(submission, handed_in / submission.name)
-    script = root / "run_autograder"
-    shutil.copy2(source / "run_autograder", script)
-    script.chmod(_EXECUTABLE)
-    env = dict(os.environ, **{ROOT_VARIABLE: str(root), PYTHON_VARIABLE: sys.executable})
-    try:
-        done = subprocess.run([str(script)], cwd=root, env=env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
-        returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired as exc:
-        returncode, stdout = -1, _text(exc.stdout)
-        stderr = _text(exc.stderr) + f"\nrun_autograder ran out of {timeout:g} s"
-    (results / "stdout").write_text(stdout + stderr, encoding="utf-8")
-    path = results / "results.json"
-    if not path.is_file():
-        return TryResult(root, returncode, None, ["run_autograder wrote no results.json"],
-                         stdout, stderr)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        return TryResult(root, returncode, None, [f"results.json is not JSON: {exc}"],
-                         stdout, stderr)
-    return TryResult(root, returncode, data, problems_of(data), stdout, stderr)
-
-
-def _text(value) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
