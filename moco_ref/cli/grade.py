@@ -69,6 +69,11 @@ def add_parser(subparsers) -> None:
     )
     output.add_argument("--feedback-out", metavar="FILE",
                         help="where the one submission's --feedback page goes")
+    output.add_argument("--release-feedback", action="store_true",
+                        help="the course has released what its rubric shows after the due "
+                        "date or after publishing: the --feedback pages and --prairielearn "
+                        "results show those checks and the total (hidden checks stay out; "
+                        "Gradescope releases on its own)")
     batch = parser.add_argument_group(
         "batch grading",
         "A folder PATH (or --out/--shard) grades in batch: a progress bar, one report per "
@@ -154,6 +159,8 @@ def run_grade(args: argparse.Namespace) -> int:
         return usage_error(f"--rubric: {exc}")
     except ValueError as exc:
         return usage_error(str(exc))
+    if args.release_feedback:  # how the feedback shows: not an option, not in the cache key
+        rubric = replace(rubric, released=True)
     if args.probe_secret:
         options = replace(options, probe_key=probe_key_of(args.probe_secret))
     unknown = unknown_selectors(options.checks)

@@ -67,13 +67,16 @@ def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
     out = Path(args.out or DEFAULT_OUT)
     if not options.probe_key:  # the course's own probe, kept beside its cache
         options = replace(options, probe_key=probe_key_of(course_probe_secret(out)))
+    rubric = rubric_of(args)
+    if getattr(args, "release_feedback", False):  # --release-feedback: the pages show it all
+        rubric = replace(rubric, released=True)
     progress = Progress()
     try:
         result = grade_folder(
             args.paths, options, out=out, jobs=args.jobs, shard=shard, force=args.force,
             gradescope=args.gradescope is not None, junit=args.junit == "",
             on_start=progress.start, on_done=progress.advance,
-            per_folder=args.per_student_folders, only=tuple(args.only), rubric=rubric_of(args),
+            per_folder=args.per_student_folders, only=tuple(args.only), rubric=rubric,
             feedback=args.feedback, isolation=args.isolation,
         )
     except TargetError as exc:

@@ -24,6 +24,11 @@ rubric show [FILE]`` prints the effective points)::
 
 The rubric travels in ``GradeOptions.rubric`` as sorted ``(key, value)`` pairs (``total``,
 ``family:I4``, ``check:I8-…``), so it is part of the cache key of every report.
+
+What a student sees follows the ``[visibility]`` (``shown_now``): a ``visible`` check at once; one
+``after_due_date`` or ``after_published`` only once the teacher releases it (``released``, set by
+``moco-ref grade --release-feedback``: feedback pages and PrairieLearn results honour it, Gradescope
+releases such tests on its own schedule); a ``hidden`` check never.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from moco_ref.probe.options import family_of
 
 DEFAULT_TOTAL = 100.0
 VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
+SHOWN_LATER = ("after_due_date", "after_published")
 DEFAULT_FAMILY_WEIGHTS = {family: 1.0 for family in FAMILIES} | {"warmup": 0.5}
 
 
@@ -54,11 +60,20 @@ class Rubric:
     # how the feedback shows (not what is judged: left out of the options and the cache key)
     visibility: dict[str, str] = field(default_factory=dict)  # check id or family -> one of
     show_submission_output: bool = False
+    # the teacher released what is shown later (``--release-feedback``; not in the file either)
+    released: bool = False
 
     def visibility_of(self, check_id: str) -> str:
         """The check's own entry, else its family's, else ``visible``."""
         family = family_of(check_id)
         return self.visibility.get(check_id) or self.visibility.get(family) or "visible"
+
+    def shown_now(self, check_id: str) -> bool:
+        """Whether a student may see the check's outcome, points and evidence now: it is
+        ``visible``, or shown later and the teacher has ``released`` it; never when
+        ``hidden``."""
+        visibility = self.visibility_of(check_id)
+        return visibility == "visible" or (self.released and visibility in SHOWN_LATER)
 
     def family_weight(self, family: str) -> float:
         return self.families.get(family, DEFAULT_FAMILY_WEIGHTS[family])

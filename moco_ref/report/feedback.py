@@ -9,9 +9,20 @@ and says so.
 
 Written for the student, like the Gradescope results (``moco_ref.report.lms``), with the
 same student-safe text (``moco_ref.report.text``): the submission's file name only, no path
-of the grading machine, no local command; the rubric's ``[visibility]`` is respected: a
-``hidden`` check is left out (its points stay in the score), the others are shown with their
-visibility named when it is not ``visible``.
+of the grading machine, no local command; the rubric's ``[visibility]`` is respected
+(``Rubric.shown_now``): nothing on the page carries the outcome, points, evidence or
+misconception of a check that is not shown now, the inferred values included
+(``text.student_inferred``).
+
+- A ``visible`` check is shown in full.
+- An ``after_due_date`` or ``after_published`` check is named, with when it is shown, and
+  nothing more, until the teacher releases it (``moco-ref grade --feedback … --release-feedback``,
+  ``Rubric.released``): then it is shown in full, its visibility named.
+- A ``hidden`` check is left out; the page says how many there are.
+- The total score is shown when every check is shown, or once the teacher has released the
+  results (like Gradescope's total, which appears when the grades are published); before that
+  the page gives the points of the checks shown, so no withheld check's outcome can be
+  worked out from it.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from pathlib import Path
 from moco_ref import __version__
 from moco_ref.judge.registry import FAMILIES
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
-from moco_ref.judge.rubric import DEFAULT_RUBRIC, Rubric
+from moco_ref.judge.rubric import DEFAULT_RUBRIC, SHOWN_LATER, Rubric
 from moco_ref.probe.source import SUBMISSION_SUFFIXES
 from moco_ref.report import figures
 from moco_ref.report.scoring import points_str, told_elsewhere
@@ -34,6 +45,7 @@ from moco_ref.report.text import (
     md_escape,
     one_line_reason,
     shown_name,
+    student_inferred,
     student_text,
     submission_folder,
     submission_name,
@@ -80,12 +92,16 @@ class _Page:
         self.root = submission_folder(report)
         self.name = shown_name(submission_name(report, self.root))
         self.draw = draw and figures.available()
-        self.hidden = [r for r in report.results if r.status is not Status.NOT_APPLICABLE
-                       and rubric.visibility_of(r.check_id) == "hidden"]
-        self.shown = [r for r in report.results if r.status is not Status.NOT_APPLICABLE
-                      and rubric.visibility_of(r.check_id) != "hidden"]
+        listed = [r for r in report.results if r.status is not Status.NOT_APPLICABLE]
+        self.shown = [r for r in listed if rubric.shown_now(r.check_id)]
+        withheld = [r for r in listed if not rubric.shown_now(r.check_id)]
+        self.hidden = [r for r in withheld if rubric.visibility_of(r.check_id) == "hidden"]
+        self.later = [r for r in withheld if rubric.visibility_of(r.check_id) in SHOWN_LATER]
         self.not_applicable = [r.check_id for r in report.results
-                               if r.status is Status.NOT_APPLICABLE]
+                               if r.status is Status.NOT_APPLICABLE
+                               and rubric.shown_now(r.check_id)]
+        self.total_shown = rubric.released or not withheld
+        self.inferred = student_inferred(report.inferred, {r.family for r in withheld})
 
     def text(self, value: str) -> str:
         return student_text(value, self.root).strip()
@@ -98,6 +114,18 @@ class _Page:
     def max_score(self) -> str:
         return points_str(self.report.max_score)
 
+    @property
+    def shown_score(self) -> str:
+        return points_str(round(sum(r.points for r in self.shown), 2))
+
+    @property
+    def shown_max_score(self) -> str:
+        return points_str(round(sum(r.max_points for r in self.shown), 2))
+
+    def later_text(self) -> str:
+        """``the loss (shown after the due date), …``: the checks shown later, by title."""
+        return ", ".join(f"{r.title} ({self.visibility_note(r)})" for r in self.later)
+
     def families(self) -> list[tuple[str, list[CheckResult]]]:
         order = {family: i for i, family in enumerate(FAMILIES)}
         names = sorted({r.family for r in self.shown}, key=lambda f: order.get(f, len(order)))
@@ -105,7 +133,9 @@ class _Page:
 
     def family_verdict(self, results: list[CheckResult]) -> str:
         if all(r.status is Status.PASSED for r in results):
-            return "passed"
+            # a family with a check shown later (named on the page) has not passed yet
+            later = any(r.family == results[0].family for r in self.later) if results else False
+            return "passed so far" if later else "passed"
         if any(r.status is Status.FAILED for r in results):
             return "broken"
         return "not fully judged"
@@ -137,6 +167,10 @@ class _Page:
         return VISIBILITY_NOTES.get(visibility, "" if visibility == "visible" else visibility)
 
 
+_HIDDEN_POINTS = {True: "their points are in the score",
+                  False: "they count towards your total"}
+
+
 def _points(result: CheckResult) -> str:
     return f"{points_str(result.points)} / {points_str(result.max_points)}"
 
@@ -157,7 +191,8 @@ table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: .25rem .5rem; border-bottom: 1px solid #ddd; }
 td.points { text-align: right; white-space: nowrap; }
 .verdict { font-weight: 600; }
-.passed::before { content: "✓ "; } .broken::before, .failed::before { content: "✗ "; }
+.passed::before, .passed-so-far::before { content: "✓ "; }
+.broken::before, .failed::before { content: "✗ "; }
 .error::before, .timeout::before, .not-judged::before, .not-fully-judged::before
   { content: "? "; }
 pre { background: #f4f4f4; padding: .6rem; white-space: pre-wrap; overflow-wrap: anywhere; }
@@ -178,10 +213,18 @@ def feedback_html(report: SubmissionReport, rubric: Rubric | None = None, *,
     out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
            f"<title>Feedback: {e(page.name)}</title>", f"<style>{_CSS}</style>", "</head>",
            "<body>", f"<h1>Feedback on <code>{e(page.name)}</code></h1>"]
-    if report.gradable:
+    if report.gradable and page.total_shown:
         out.append(f'<p class="score" data-score="{page.score}" '
                    f'data-max-score="{page.max_score}">Score: {page.score} / {page.max_score}'
                    "</p>")
+    elif report.gradable:
+        out.append(f'<p class="score" data-score="{page.shown_score}" '
+                   f'data-max-score="{page.shown_max_score}" data-total="withheld">'
+                   f"Points of the checks shown now: {page.shown_score} / "
+                   f"{page.shown_max_score}</p>")
+        out.append('<p class="note">Other checks count towards your total; the course shows '
+                   "them, and the total, later.</p>")
+    if report.gradable:
         out.append(f'<p class="note">Graded as a {e(report.style)} submission by moco-ref '
                    f"{e(__version__)}, against the course's rubric.</p>")
     else:
@@ -192,8 +235,8 @@ def feedback_html(report: SubmissionReport, rubric: Rubric | None = None, *,
         trace = page.text(report.traceback)
         if trace and trace != reason:
             out.append(f"<pre>{e(trace)}</pre>")
-    if report.inferred:
-        out.append(f"<p>Inferred from your code: {e(inferred_text(report.inferred))}.</p>")
+    if page.inferred:
+        out.append(f"<p>Inferred from your code: {e(inferred_text(page.inferred))}.</p>")
     for note in report.notes:
         out.append(f'<p class="note">Note: {e(" ".join(page.text(note).split()))}</p>')
     if page.notes_needed():
@@ -240,9 +283,12 @@ def feedback_html(report: SubmissionReport, rubric: Rubric | None = None, *,
 def _html_footer(page: _Page) -> list[str]:
     e = html.escape
     out = []
+    if page.later:
+        out.append(f'<p class="note" id="shown-later">Shown when the course releases them: '
+                   f"{e(page.later_text())}.</p>")
     if page.hidden:
         out.append(f'<p class="note">{len(page.hidden)} check(s) the course keeps hidden are '
-                   "not shown; their points are in the score.</p>")
+                   f"not shown; {_HIDDEN_POINTS[page.total_shown]}.</p>")
     if page.not_applicable:
         out.append(f'<p class="note">Not applicable to a {e(page.report.style)} submission '
                    f"(not counted): {e(', '.join(page.not_applicable))}.</p>")
@@ -263,15 +309,20 @@ def feedback_markdown(report: SubmissionReport, rubric: Rubric | None = None, *,
     """The feedback as Markdown (figures as inline ``data:`` images)."""
     page = _Page(report, rubric or DEFAULT_RUBRIC, draw=draw)
     out = [f"# Feedback on {code_span(page.name)}", ""]
-    if report.gradable:
+    if report.gradable and page.total_shown:
         out += [f"**Score: {page.score} / {page.max_score}** (graded as a "
                 f"{md_escape(report.style)} submission by moco-ref {__version__})", ""]
+    elif report.gradable:
+        out += [f"**Points of the checks shown now: {page.shown_score} / "
+                f"{page.shown_max_score}** (graded as a {md_escape(report.style)} submission "
+                f"by moco-ref {__version__}). Other checks count towards your total; the "
+                "course shows them, and the total, later.", ""]
     else:
         reason = one_line_reason(page.text(report.traceback)) or "the submission could not run"
         out += ["**Not gradable: score 0**", "", f"Your submission could not be graded: "
                 f"{md_escape(reason)}", ""]
-    if report.inferred:
-        out += [f"Inferred from your code: {md_escape(inferred_text(report.inferred))}.", ""]
+    if page.inferred:
+        out += [f"Inferred from your code: {md_escape(inferred_text(page.inferred))}.", ""]
     out += [f"Note: {md_escape(' '.join(page.text(note).split()))}" for note in report.notes]
     if page.notes_needed():
         out += ["", f"_{NO_FIGURES}_"]
@@ -300,9 +351,11 @@ def feedback_markdown(report: SubmissionReport, rubric: Rubric | None = None, *,
             for caption, png in page.figures_of(result):
                 out += ["", f"![{md_escape(caption)}]({_data_uri(png)})", "",
                         f"_{md_escape(caption)}_"]
+    if page.later:
+        out += ["", f"Shown when the course releases them: {md_escape(page.later_text())}."]
     if page.hidden:
         out += ["", f"{len(page.hidden)} check(s) the course keeps hidden are not shown; "
-                    "their points are in the score."]
+                    f"{_HIDDEN_POINTS[page.total_shown]}."]
     if page.not_applicable:
         out += ["", f"Not applicable to a {md_escape(report.style)} submission (not counted): "
                     f"{md_escape(', '.join(page.not_applicable))}."]

@@ -9,7 +9,31 @@ Both are written for the student who handed the submission in, not for the grade
 - the submission's own output only when the rubric says so (``[output]
   show_submission_output``);
 - each check shown as the rubric's ``[visibility]`` says (``visible``, ``after_due_date``,
-  ``after_published``, ``hidden``).
+  ``after_published``, ``hidden``), and nothing a student can see now carries the outcome,
+  points, evidence or misconception of a check that is not shown now (the inferred values
+  included: ``text.student_inferred``).
+
+Gradescope (its documented semantics: a test's ``visibility`` says when the student sees it,
+``hidden`` never, ``after_due_date`` once the (late) due date has passed, ``after_published``
+once the grades are published; while tests are hidden the student does not see the total
+``score``). Every check is a test with its rubric visibility, its output in full: Gradescope
+holds it back. The top-level ``output`` is always shown, so while any check is not ``visible``
+it does not state the total: it gives the points of the visible checks (the sum of what the
+visible tests show), names only visible checks, and leaves out the inferred values of a
+withheld check's family; ``score`` stays the true total (Gradescope's gradebook needs it and
+hides it itself), ``visibility`` stays ``visible`` (every test has its own), and
+``stdout_visibility`` is ``visible`` only when the rubric shows the submission's output and
+every check is visible (the autograder's own stdout states the total). ``extra_data`` carries
+the same inferred values as the output. ``Rubric.released`` is not used: Gradescope releases.
+
+PrairieLearn (no release step: what the results say, the student sees at once). A check is in
+``tests[]`` only when ``Rubric.shown_now``: ``hidden`` checks are left out, and
+``after_due_date``/``after_published`` ones are treated as hidden until the teacher grades
+with ``--release-feedback`` (``Rubric.released``). ``score`` counts only the listed tests:
+the points of the checks shown over their maximum (a fraction in [0, 1] consistent with
+``tests[]``; 0 when nothing is shown), since a total that counted a left-out check would tell
+its outcome. The course's full score is in moco-ref's own reports and gradebook. The message
+says how many checks are left out, not what they found.
 
 Gradescope's text is Markdown (``output_format: "md"``); what the submission or a check wrote
 goes into fenced code blocks, so it is shown as written and never read as Markdown or HTML
@@ -39,6 +63,7 @@ from moco_ref.report.text import (
     md_escape,
     one_line_reason,
     shown_name,
+    student_inferred,
     student_text,
     submission_folder,
     submission_name,
@@ -83,6 +108,15 @@ def _points(value: float) -> float:
     return value if math.isfinite(value) else 0.0
 
 
+def _withheld_families(results: list[CheckResult], shown) -> set[str]:
+    return {r.family for r in results if not shown(r.check_id)}
+
+
+def _gradescope_visible(rubric: Rubric):
+    """Whether Gradescope shows a check to the student now (it releases the others itself)."""
+    return lambda check_id: rubric.visibility_of(check_id) == "visible"
+
+
 # --------------------------------------------------------------------------- Gradescope
 
 
@@ -99,21 +133,31 @@ def _gradescope_test_output(result: CheckResult, root: Path | None) -> str:
 
 def _summary_markdown(report: SubmissionReport, rubric: Rubric, root: Path | None) -> str:
     name = code_span(shown_name(submission_name(report, root)))
+    visible = _gradescope_visible(rubric)
+    listed = _listed(report)
+    shown = [r for r in listed if visible(r.check_id)]
     lines = []
-    if report.gradable:
+    if report.gradable and len(shown) == len(listed):
         lines.append(f"moco-ref {__version__} graded {name} (style {md_escape(report.style)}): "
                      f"**{points_str(report.score)} / {points_str(report.max_score)}** points.")
+    elif report.gradable:
+        earned = round(sum(r.points for r in shown), 2)
+        most = round(sum(r.max_points for r in shown), 2)
+        lines.append(f"moco-ref {__version__} graded {name} (style {md_escape(report.style)}): "
+                     f"**{points_str(earned)} / {points_str(most)}** points from the checks "
+                     "shown now. Other checks count towards the total; the course shows them, "
+                     "and the total, later.")
     else:
         lines.append(f"moco-ref {__version__} could not grade {name}: "
                      f"{md_escape(one_line_reason(student_text(report.traceback, root)))}")
-    if report.inferred:
-        inferred = md_escape(inferred_text(report.inferred))
-        lines += ["", f"Inferred from the submission: {inferred}."]
+    inferred = student_inferred(report.inferred, _withheld_families(listed, visible))
+    if inferred:
+        lines += ["", f"Inferred from the submission: {md_escape(inferred_text(inferred))}."]
     if report.notes:
         lines += ["", "Notes:"]
         lines += [f"- {md_escape(' '.join(student_text(note, root).split()))}"
                   for note in report.notes]
-    not_applicable = _not_applicable(report)
+    not_applicable = [check for check in _not_applicable(report) if visible(check)]
     if not_applicable:
         lines += ["", f"Not applicable to style {md_escape(report.style)} (not counted): "
                   + ", ".join(code_span(check) for check in not_applicable) + "."]
@@ -173,6 +217,7 @@ def gradescope_results(
             "visibility": "visible",
             "tags": ["load", "not gradable"],
         })
+    withheld = _withheld_families(results, _gradescope_visible(rubric))
     return {
         "score": _points(report.score) if report.gradable else 0.0,
         "execution_time": max(0, math.ceil(report.wall_seconds)),
@@ -180,12 +225,13 @@ def gradescope_results(
         "output_format": "md",
         "test_output_format": "md",
         "visibility": "visible",
-        "stdout_visibility": "visible" if rubric.show_submission_output else "hidden",
+        "stdout_visibility": ("visible" if rubric.show_submission_output and not withheld
+                              else "hidden"),
         "extra_data": {
             "moco_ref_version": __version__,
             "style": report.style,
             "gradable": report.gradable,
-            "inferred": report.inferred,
+            "inferred": student_inferred(report.inferred, withheld),
         },
         "tests": tests,
     }
@@ -226,7 +272,6 @@ def gradescope_problems(data) -> list[str]:
 
 # --------------------------------------------------------------------------- PrairieLearn
 
-HIDDEN_DETAILS = "The course shows the details of this check later."
 
 
 def prairielearn_results(
@@ -242,8 +287,8 @@ def prairielearn_results(
     visible check that did not pass, within ``IMAGE_BUDGET_BYTES``), student-safe like
     Gradescope's.
 
-    PrairieLearn shows every test: a check the rubric does not make ``visible`` keeps its
-    name and points, its evidence is left out. A submission that is not gradable is
+    Only the checks ``Rubric.shown_now`` are tests, and ``score`` is their points over their
+    maximum (see the module's docstring). A submission that is not gradable is
     ``gradable: false`` (PrairieLearn then awards nothing and charges no attempt) with the
     reason as the message and as its one ``format_errors`` entry."""
     rubric = rubric or DEFAULT_RUBRIC
@@ -266,12 +311,11 @@ def prairielearn_results(
         }
     tests = []
     budget = [IMAGE_BUDGET_BYTES]
-    for result in _listed(report):
-        shown = rubric.visibility_of(result.check_id) == "visible"
+    listed = _listed(report)
+    shown = [result for result in listed if rubric.shown_now(result.check_id)]
+    for result in shown:
         message = student_text(result.message, root).strip()
-        if not shown:
-            text, details = HIDDEN_DETAILS, ""
-        elif result.status is Status.PASSED:
+        if result.status is Status.PASSED:
             text, details = "passed", message
         else:
             text = f"{result.status.value}: {one_line_reason(message) or result.status.value}"
@@ -284,14 +328,19 @@ def prairielearn_results(
             "message": text,
             "output": details,
         }
-        images = _images(result, budget) if shown and draw_figures else []
+        images = _images(result, budget) if draw_figures else []
         if images:
             test["images"] = images
         tests.append(test)
-    fraction = report.score / report.max_score if report.max_score > 0 else 0.0
+    earned = round(sum(r.points for r in shown), 2)
+    most = round(sum(r.max_points for r in shown), 2)
+    fraction = earned / most if most > 0 else 0.0
     fraction = min(1.0, max(0.0, fraction)) if math.isfinite(fraction) else 0.0
     summary = (f"moco-ref {__version__} graded {name} (style {report.style}): "
-               f"{points_str(report.score)}/{points_str(report.max_score)} points")
+               f"{points_str(earned)}/{points_str(most)} points")
+    if len(shown) < len(listed):
+        summary += (f"\n{len(listed) - len(shown)} check(s) the course shows later or keeps "
+                    "hidden are left out, and not counted in this score.")
     if report.notes:
         summary += "\n" + "\n".join(f"note: {' '.join(student_text(n, root).split())}"
                                     for n in report.notes)

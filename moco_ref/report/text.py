@@ -85,6 +85,33 @@ def inferred_text(inferred: dict) -> str:
     return ", ".join(f"{key.replace('_', ' ')}={_value_text(inferred[key])}" for key in keys)
 
 
+# The families whose outcome an inferred value can give away (the loss form names a broken
+# mask, negatives or temperature; m and the order an EMA bug). A value not listed here could
+# say anything: it is shown only when no family is withheld.
+_LOSS_FAMILIES = ("I2", "I4", "I5", "I8", "I9")
+INFERRED_FAMILIES: dict[str, tuple[str, ...]] = {
+    "style": (),
+    "steps": ("contract",), "epochs": ("contract",), "batch_size": ("contract",),
+    "dim": ("contract",), "cases": ("contract",), "base_encoder_extra_arguments": ("contract",),
+    "K": ("contract", "I3"), "capacity": ("I2", "I3"), "queue_layout": ("I2", "I3"),
+    "m": ("I5", "I6", "I7"), "order": ("I6", "I7"),
+    "temperature": _LOSS_FAMILIES, "module_T": _LOSS_FAMILIES,
+    "loss_form": _LOSS_FAMILIES, "logits_form": _LOSS_FAMILIES,
+    "process_group": ("contract", "I3", "I8"), "variant": ("contract", "I3", "I8"),
+}
+
+
+def student_inferred(inferred: dict, withheld_families) -> dict:
+    """The inferred values a student may see while the checks of ``withheld_families`` are not
+    shown: none that could tell such a check's outcome (``INFERRED_FAMILIES``; a value of no
+    known family goes whenever any family is withheld)."""
+    withheld = set(withheld_families)
+    if not withheld:
+        return dict(inferred)
+    return {key: value for key, value in inferred.items()
+            if key in INFERRED_FAMILIES and not withheld & set(INFERRED_FAMILIES[key])}
+
+
 def _value_text(value) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 

@@ -8,6 +8,7 @@ import binascii
 import json
 import re
 import shutil
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -194,13 +195,21 @@ def test_the_rubric_s_visibility_and_no_matplotlib(monkeypatch):
     assert "a secret check's message" not in text and "I4-same-source-masked" not in text
     assert "1 check(s) the course keeps hidden" in text
     assert "(shown after the due date)" in text
+    # before the release: the after-due-date check's evidence and figure are held back, and
+    # the score counts only the checks shown (test_visibility has the whole rule)
+    assert "the loss is summed" not in text and not page.images
+    assert page.score["data-score"] == "5" and page.score["data-max-score"] == "5"
+    released = replace(rubric, released=True)
+    text = feedback.feedback_html(_report(), released)
+    page = assert_self_contained(text)
+    assert "a secret check's message" not in text and "I4-same-source-masked" not in text
     assert page.score["data-score"] == "5" and page.score["data-max-score"] == "15"
-    assert "alice.py" in text
+    assert "alice.py" in text and "the loss is summed" in text
     assert len(page.images) == (1 if figures.available() else 0)
     monkeypatch.setattr(figures, "available", lambda: False)
-    text = feedback.feedback_html(_report(), rubric)
+    text = feedback.feedback_html(_report(), released)
     assert not Page(text).images and feedback.NO_FIGURES in text
-    markdown = feedback.feedback_markdown(_report(), rubric)
+    markdown = feedback.feedback_markdown(_report(), released)
     assert feedback.NO_FIGURES in markdown and "/work" not in markdown
 
 

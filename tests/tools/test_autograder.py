@@ -355,19 +355,20 @@ def test_the_schema_rejects_a_missing_max_score_and_an_unknown_status():
 def test_prairielearn_results_score_a_fraction_with_one_test_per_check(tmp_path):
     rubric = Rubric(visibility={"I6": "hidden"})
     data = prairielearn_results(_report(), rubric)
-    assert data["gradable"] is True and data["score"] == pytest.approx(2 / 8)
+    # the hidden I6 check is left out, and so are its points (tests/report/test_visibility)
+    assert data["gradable"] is True and data["score"] == pytest.approx(2 / 6, abs=1e-6)
     assert [t["name"].split(":")[0] for t in data["tests"]] == [
-        "I1-key-grads-none", "I3-fifo-keeps-newest", "I3-oldest-first-order", "I6-orders"]
+        "I1-key-grads-none", "I3-fifo-keeps-newest", "I3-oldest-first-order"]
     for test in data["tests"]:
         assert set(test) == {"name", "description", "points", "max_points", "message",
                              "output"}
-    first, fifo, not_judged, hidden = data["tests"]
+    first, fifo, not_judged = data["tests"]
     assert (first["points"], first["max_points"]) == (2, 2)
     assert (fifo["points"], fifo["max_points"]) == (0, 3)
     assert fifo["message"] == "failed: queue kept the oldest keys"
     assert 'File "lab.py"' in fifo["output"] and "rerun" not in fifo["output"]
     assert not_judged["output"] == "" and "needs" in not_judged["message"]
-    assert "too slow" not in json.dumps(hidden) and hidden["max_points"] == 2
+    assert "too slow" not in json.dumps(data) and "I6-orders" not in json.dumps(data)
     assert data["output"] == "" and "/work" not in json.dumps(data)
     path = tmp_path / "results.json"
     write_prairielearn(_report(), path, rubric)
