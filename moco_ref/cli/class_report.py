@@ -47,8 +47,18 @@ def run_class_report(args: argparse.Namespace) -> int:
     print("scores (% of the maximum): " + ", ".join(
         f"{b['from_percent']:g}–{b['to_percent']:g}: {b['count']}"
         for b in scores["histogram"] if b["count"]))
+    lacking = _lacking(args.out, data)
+    if lacking:
+        print(lacking)
+    missing = set(data.get("missing_reports") or ())
     for family in data["families"]:
-        print(f"  {shown_name(family['family']):<9} broken by {family['broken']}, not passed by "
+        if missing and len(missing) == data["submissions"]:  # no report to count from
+            broken = "broken by ? (no reports)"
+        elif missing:
+            broken = f"broken by at least {family['broken']}"
+        else:
+            broken = f"broken by {family['broken']}"
+        print(f"  {shown_name(family['family']):<9} {broken}, not passed by "
               f"{family['not_passed']}")
     if data["misconceptions"]:
         print("most common misconceptions:")
@@ -65,3 +75,34 @@ def run_class_report(args: argparse.Namespace) -> int:
         Path(args.html).write_text(class_report_html(data), encoding="utf-8")
         print(f"HTML written to {args.html}")
     return 0
+
+
+def _lacking(out, data: dict) -> str:
+    """What the folder lacks for the families broken and the misconceptions, in words: the
+    per-submission reports they are counted from (a merged output, ``grade --merge``, holds
+    the summaries only; its ``merged_from`` folders have the reports). Empty when none is
+    missing."""
+    import json
+
+    from moco_ref.report.text import shown_name
+
+    missing = data.get("missing_reports") or []
+    if not missing:
+        return ""
+    try:
+        summary = json.loads((Path(out) / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        summary = {}
+    sources = summary.get("merged_from") if isinstance(summary, dict) else None
+    sources = [str(place) for place in sources] if isinstance(sources, list) else []
+    whose = (f"all {len(missing)}" if len(missing) == data["submissions"]
+             else f"{len(missing)} of {data['submissions']}")
+    text = (f"note: {whose} submission(s) have no report in this folder, so the families "
+            "they broke and their misconceptions are not counted (only which families they "
+            "did not pass, from summary.json)")
+    if sources:
+        text += (": it is a merged output (`grade --merge` keeps the summaries, not the "
+                 "reports); run class-report on the folders it merged ("
+                 + ", ".join(shown_name(place, cap=4096) for place in sources)
+                 + ") or copy their reports into it")
+    return text

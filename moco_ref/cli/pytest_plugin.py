@@ -2,12 +2,17 @@
 
     pytest --moco-impl=path/to/moco.py            # or a notebook, or pkg.module
     pytest --moco-impl=pkg.moco -k I3             # test ids are check ids
+    pytest --moco-impl=moco.py moco.py::I3-fifo-keeps-newest   # a node id as printed
 
-The implementation is observed once per session, in a child process, by the same runner as
-``moco-ref grade``; each check becomes one test item reporting that check's verdict: failed,
-error or timeout → a failure with the check's message; not applicable → skipped with the
-reason. A check that did not run is never reported as passed. Without ``--moco-impl`` the
-plugin does nothing (and imports nothing heavy).
+Each check is one test item, its node id the implementation's file (relative to the rootdir)
+and the check id, so a printed id runs again as it is. The implementation is observed once
+per session — when the first chosen item runs, on the checks ``-k`` / ``-m`` chose only — in
+a child process, by the same runner as ``moco-ref grade``; each item reports its check's
+verdict: failed, error or timeout → a failure with the check's message; not applicable →
+skipped with the reason. A check that did not run is never reported as passed; a traceback
+of an implementation that is not gradable is told once. The grading is in the first item's
+setup, so JUnit's times are the time spent. Without ``--moco-impl`` the plugin does nothing
+(and imports nothing heavy).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import pytest
 
 COLLECTOR_NAME = "moco-ref"
 _REPORT_KEY = pytest.StashKey[object]()
+_FILE_KEY = pytest.StashKey[object]()  # the implementation's file, resolved once
+_TOLD_KEY = pytest.StashKey[str]()  # the check that told the not-gradable traceback
 
 
 def pytest_addoption(parser) -> None:
@@ -66,14 +73,63 @@ def pytest_report_header(config):
     return None
 
 
+def _implementation_file(config) -> Path | None:
+    """The implementation's file (a module target's too), resolved; None for a module whose
+    file cannot be found."""
+    if _FILE_KEY in config.stash:
+        return config.stash[_FILE_KEY]
+    target = _target(config)
+    if Path(target).exists():
+        found = Path(target).resolve()
+    else:
+        from moco_ref.probe.source import is_module_target, module_file
+
+        module = module_file(target) if is_module_target(target) else None
+        found = Path(module).resolve() if module else None
+    config.stash[_FILE_KEY] = found
+    return found
+
+
+def _is_implementation(config, path) -> bool:
+    if not config.getoption("moco_impl"):
+        return False
+    found = _implementation_file(config)
+    return found is not None and Path(path).resolve() == found
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    """The implementation named on the command line (``pytest --moco-impl=x.py x.py::I3-…``,
+    a node id as printed) is its checks, never imported as a test module."""
+    if _is_implementation(parent.config, module_path):
+        return MocoImplementation.from_parent(parent, path=module_path)
+    return None
+
+
+def pytest_collect_file(file_path, parent):
+    """The same for a notebook named on the command line (``.py`` files: above)."""
+    if file_path.suffix != ".py" and _is_implementation(parent.config, file_path):
+        return MocoImplementation.from_parent(parent, path=file_path)
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselect, so they apply to our items
 def pytest_collection_modifyitems(session, config, items) -> None:
-    if not config.getoption("moco_impl"):
+    """The checks are items whatever the arguments; their node ids are the implementation's
+    file (relative to the rootdir) and the check id, so they can be run again as printed."""
+    if not config.getoption("moco_impl") or any(isinstance(i, CheckItem) for i in items):
         return
-    target = _target(config)
-    path = Path(target).resolve() if Path(target).exists() else session.path
-    name = f"{COLLECTOR_NAME}[{Path(target).name}]"  # test ids unique per submission
-    collector = MocoImplementation.from_parent(session, name=name, nodeid=name, path=path)
+    found = _implementation_file(config)
+    if found is not None:
+        from _pytest.pathlib import bestrelpath
+
+        # outside the rootdir: the path as typed from the rootdir (``../x/moco.py``)
+        relative = None if found.is_relative_to(config.rootpath) else bestrelpath(
+            config.rootpath, found)
+        collector = MocoImplementation.from_parent(session, path=found, nodeid=relative)
+    else:  # a module whose file is unknown: named by the module
+        name = f"{COLLECTOR_NAME}[{_target(config)}]"
+        collector = MocoImplementation.from_parent(session, name=name, nodeid=name,
+                                                   path=session.path)
     collected = list(collector.collect())
     # Reported like any collection, so the terminal's counts include the checks.
     session.ihook.pytest_collectreport(
@@ -93,46 +149,30 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
         terminalreporter.write_line(line)
 
 
-class MocoImplementation(pytest.Collector):
-    """Observes and judges the implementation once; yields one item per check."""
+class MocoImplementation(pytest.File):
+    """The implementation's checks, one item each, as the registry lists them; grading waits
+    for the first item that runs, when ``-k`` / ``-m`` have chosen the items (only the
+    chosen checks are graded; ``--collect-only`` grades nothing)."""
 
     def collect(self):
         options = _options(self.config)
-        if self.config.option.collectonly:  # list the checks, grade nothing
-            yield from self._listed(options)
-            return
-        report = _graded_once(self.config, _target(self.config), options)
-        self.config.stash[_REPORT_KEY] = report
-        results = list(report.results)
-        if not report.gradable:
-            results = _not_gradable_results(report, options)
-        else:
-            results += _unjudged_results(report, options)
-        for result in results:
-            yield CheckItem.from_parent(
-                self, name=result.check_id, result=result, report=report, options=options
-            )
-
-
-    def _listed(self, options):
-        from moco_ref.judge.results import CheckResult, Status, SubmissionReport
-
-        style = options.style or _style_from_source(_target(self.config))
-        report = SubmissionReport(_target(self.config), style, gradable=True)
-        for spec in _specs(None):  # the same items a graded run yields
+        for spec in _specs(None):
             if options.selects(spec.check_id):
-                status = Status.NOT_JUDGED if style in spec.styles else Status.NOT_APPLICABLE
-                result = CheckResult(spec.check_id, spec.title, spec.family, 0.0, status,
-                                     "not graded: --collect-only")
-                yield CheckItem.from_parent(self, name=spec.check_id, result=result,
-                                            report=report, options=options)
+                yield CheckItem.from_parent(self, name=spec.check_id, spec=spec,
+                                            options=options)
 
 
-def _style_from_source(target: str) -> str:
-    """The style a file's top-level names point to, read without running it."""
-    from moco_ref.probe.source import style_from_source
+def _session_report(session):
+    """The implementation's report, graded once, on the checks of the items chosen to run."""
+    report = session.config.stash.get(_REPORT_KEY, None)
+    if report is None:
+        from dataclasses import replace
 
-    return (style_from_source(Path(target)) if Path(target).is_file() else None) or "lab"
+        chosen = tuple(item.name for item in session.items if isinstance(item, CheckItem))
+        options = replace(_options(session.config), checks=chosen)
+        report = _graded_once(session.config, _target(session.config), options)
+        session.config.stash[_REPORT_KEY] = report
+    return report
 
 
 def _graded_once(config, target: str, options):
@@ -163,35 +203,45 @@ def _graded_once(config, target: str, options):
 
 
 class CheckItem(pytest.Item):
-    def __init__(self, *, result, report, options, **kwargs) -> None:
+    """One check. Its verdict is read in ``setup`` (the first item's setup grades: JUnit
+    times are the time really spent, the grading in the first check's)."""
+
+    def __init__(self, *, spec, options, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.result = result
-        self.report = report
+        self.spec = spec
         self.options = options
-        self.extra_keyword_matches.add(result.family)
-        marker = result.family.replace("-", "_")  # families are markers: -m I4
+        self.result = None
+        self.report = None
+        self.extra_keyword_matches.add(spec.family)
+        marker = spec.family.replace("-", "_")  # families are markers: -m I4
         if not any(line.split(":", 1)[0] == marker for line in self.config.getini("markers")):
             self.config.addinivalue_line("markers", f"{marker}: moco-ref checks of {marker}")
         self.add_marker(getattr(pytest.mark, marker))
-        self.user_properties += [("submission", Path(report.submission).name),
+
+    def setup(self) -> None:
+        from moco_ref.judge.results import Status
+
+        self.report = _session_report(self.session)
+        self.result = _result_for(self.spec, self.report, self.session)
+        result = self.result
+        self.user_properties += [("submission", Path(self.report.submission).name),
                                  ("points", f"{result.points:g}"),
                                  ("max_points", f"{result.max_points:g}"),
                                  ("status", result.status.value)]
-        from moco_ref.judge.results import Status
-
-        if result.status is Status.NOT_APPLICABLE:  # skipped at the check, not in this file
-            reason = result.message or f"not applicable to style {report.style}"
-            self.add_marker(pytest.mark.skip(reason=f"{result.check_id}: {reason}"))
+        if result.status is Status.NOT_APPLICABLE:
+            reason = (f"{result.check_id}: "
+                      f"{result.message or f'not applicable to style {self.report.style}'}")
+            try:  # reported at the check (the implementation's file), not at this line
+                skipped = pytest.skip.Exception(reason, _use_item_location=True)
+            except TypeError:  # a pytest without it
+                skipped = pytest.skip.Exception(reason)
+            raise skipped
 
     def runtest(self) -> None:
         from moco_ref.judge.results import Status
 
-        status = self.result.status
-        if status is Status.PASSED:
-            return
-        if status is Status.NOT_APPLICABLE:
-            pytest.skip(self.result.message or f"not applicable to style {self.report.style}")
-        raise CheckNotPassed(self.result)
+        if self.result.status is not Status.PASSED:
+            raise CheckNotPassed(self.result)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, CheckNotPassed):
@@ -206,7 +256,35 @@ class CheckItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self):
-        return self.path, 0, f"moco-ref check {self.result.check_id}: {self.result.title}"
+        return self.path, 0, f"moco-ref check {self.spec.check_id}: {self.spec.title}"
+
+
+def _result_for(spec, report, session):
+    """The check's verdict in ``report``: not applicable to its style; not gradable (the
+    traceback told once, under the first check that runs); or no verdict, an error."""
+    from moco_ref.judge.results import CheckResult, Status
+
+    for result in report.results:
+        if result.check_id == spec.check_id:
+            return result
+    if report.gradable and report.style not in spec.styles:
+        return CheckResult(spec.check_id, spec.title, spec.family, 0.0, Status.NOT_APPLICABLE,
+                           f"does not apply to style {report.style}")
+    if report.gradable:
+        return CheckResult(spec.check_id, spec.title, spec.family, spec.points, Status.ERROR,
+                           "the judge returned no verdict for this check")
+    told = session.config.stash.get(_TOLD_KEY, None)
+    if told is None:
+        session.config.stash[_TOLD_KEY] = spec.check_id
+        message = f"the implementation is not gradable:\n{report.traceback}"
+    else:
+        from moco_ref.report.text import one_line_reason
+
+        message = (f"not run: the implementation is not gradable "
+                   f"({one_line_reason(report.traceback) or 'it did not load'}; told in full "
+                   f"under {told})")
+    return CheckResult(spec.check_id, spec.title, spec.family, spec.points, Status.ERROR,
+                       message)
 
 
 class CheckNotPassed(Exception):
@@ -222,32 +300,3 @@ def _specs(style):
         return list(all_checks(style))
     except Exception:  # noqa: BLE001 - without a registry there is nothing to list
         return []
-
-
-def _not_gradable_results(report, options):
-    """Every check the implementation would have faced fails with the traceback."""
-    from moco_ref.judge.results import CheckResult, Status
-
-    style = report.style if report.style != "unknown" else None
-    message = f"the implementation is not gradable:\n{report.traceback}"
-    specs = [spec for spec in _specs(style) if options.selects(spec.check_id)]
-    if not specs:
-        return [CheckResult("not-gradable", "the implementation loads and runs", "contract",
-                            0.0, Status.ERROR, message)]
-    return [
-        CheckResult(spec.check_id, spec.title, spec.family, spec.points, Status.ERROR, message)
-        for spec in specs
-    ]
-
-
-def _unjudged_results(report, options):
-    """Checks of the style that the judge returned no verdict for fail rather than vanish."""
-    from moco_ref.judge.results import CheckResult, Status
-
-    judged = {result.check_id for result in report.results}
-    return [
-        CheckResult(spec.check_id, spec.title, spec.family, spec.points, Status.ERROR,
-                    "the judge returned no verdict for this check")
-        for spec in _specs(report.style)
-        if spec.check_id not in judged and options.selects(spec.check_id)
-    ]

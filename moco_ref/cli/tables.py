@@ -1,13 +1,16 @@
-"""The commands' summary tables: rich when importable, plain columns otherwise."""
+"""The commands' summary tables: rich when importable, plain columns otherwise; the
+terminal's width, or 80 columns (``COLUMNS``) when piped, like the grading report
+(``report.formats.report_console``)."""
 
 from __future__ import annotations
+
+from moco_ref.report.formats import report_console
 
 
 def print_table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]], *,
                 no_wrap: tuple[str, ...] = (), styles: list[str | None] | None = None) -> None:
     """One table: ``rows`` under ``headers``; ``styles`` colours the last cell of each row."""
     try:
-        from rich.console import Console
         from rich.table import Table
         from rich.text import Text
     except ImportError:
@@ -16,7 +19,7 @@ def print_table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]
         for row in (headers, *rows):
             print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
         return
-    console = _table_console(Console)
+    console = report_console()
     table = Table(title=title)
     for header in headers:
         table.add_column(header, no_wrap=header in no_wrap)
@@ -25,10 +28,3 @@ def print_table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]
         cells = [Text(cell) for cell in row[:-1]] + [Text(row[-1], style=style or "")]
         table.add_row(*cells)
     console.print(table)
-
-
-def _table_console(console_type):
-    """A rich console for the summary tables: the terminal's width, or 160 columns when the
-    output is piped, so that rows are not wrapped to 80."""
-    console = console_type(highlight=False)
-    return console if console.is_terminal else console_type(highlight=False, width=160)

@@ -4,8 +4,11 @@ and ``moco_ref.report.feedback``.)"""
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import sys
+import textwrap
 import xml.etree.ElementTree as ET
 
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
@@ -28,6 +31,25 @@ _STATUS_STYLES = {
 
 
 REASON_WIDTH = 100  # the one-line reason (the terminal table cuts it to what fits)
+TERMINAL_WIDTH = 80  # the report's width when it is not printed to a terminal (README)
+
+
+def report_width() -> int:
+    """The width of a report that is not printed to a terminal (piped, to a file): 80
+    columns, unless ``COLUMNS`` says otherwise."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else TERMINAL_WIDTH
+
+
+def report_console(file=None):
+    """A rich console for a report: the terminal's width on a terminal, ``report_width``
+    otherwise (rich would take the width of the terminal the pipe starts from)."""
+    from rich.console import Console
+
+    console = Console(file=file, highlight=False)
+    if console.is_terminal:
+        return console
+    return Console(file=file, highlight=False, width=report_width())
 
 
 def score_text(report: SubmissionReport) -> str:
@@ -66,6 +88,63 @@ def rerun_lines(report: SubmissionReport, options: GradeOptions | None) -> list[
     ]
 
 
+def command_lines(command: str, width: int, label: str = "rerun: ") -> list[str]:
+    """``label`` + ``command`` on one line when it fits ``width``, else the label alone and
+    the command broken between its words with the shell's `` \\`` continuations — still
+    one command when pasted (a word longer than the width stays whole)."""
+    if len(label) + len(command) <= width:
+        return [label + command]
+    if len(command) <= width:
+        return [label.rstrip(), command]
+    lines, line = [label.rstrip()], ""
+    for word in shlex.split(command):
+        word = shlex.quote(word)
+        if line and len(line) + 1 + len(word) + 2 > width:
+            lines.append(line + " \\")
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line]
+
+
+class Folded:
+    """Rows that tell one thing, told once: the checks that do not apply to the style, or
+    the checks not run because of one crash (told in full under another check)."""
+
+    def __init__(self, status: Status, message: str, results: list[CheckResult]) -> None:
+        self.status, self.message, self.results = status, message, results
+
+    @property
+    def count(self) -> str:
+        return f"{len(self.results)} check{'s' if len(self.results) != 1 else ''}"
+
+    def text(self) -> str:
+        reason = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        if self.status is Status.NOT_APPLICABLE:
+            return f"not applicable: {self.count}" + (f" ({reason})" if reason else "")
+        head, _, rest = reason.partition("not run: ")
+        reason = rest if not head and rest else reason
+        families = ", ".join(dict.fromkeys(result.family for result in self.results))
+        return (f"not run: {self.count} ({families}), worth "
+                f"{points_str(sum(r.max_points for r in self.results))} points — {reason}")
+
+
+def folded_rows(report: SubmissionReport) -> tuple[list[CheckResult], list[Folded]]:
+    """The results shown one a row, and the folded groups: every not-applicable check of a
+    reason in one group; the checks not run for one crash (``told_elsewhere``, the same
+    message) in one group when there are two or more."""
+    groups: dict[tuple, list[CheckResult]] = {}
+    for result in report.results:
+        if result.status is Status.NOT_APPLICABLE:
+            groups.setdefault((result.status, result.message), []).append(result)
+        elif told_elsewhere(result) and result.message.startswith("not run: "):
+            groups.setdefault((result.status, result.message), []).append(result)
+    folded = [Folded(status, message, members) for (status, message), members in
+              groups.items() if status is Status.NOT_APPLICABLE or len(members) > 1]
+    gone = {id(result) for group in folded for result in group.results}
+    return [result for result in report.results if id(result) not in gone], folded
+
+
 # --------------------------------------------------------------------------- terminal
 
 
@@ -78,27 +157,43 @@ def reason_line(result: CheckResult, width: int = REASON_WIDTH) -> str:
 
 
 def render_text(reports: list[SubmissionReport], options: GradeOptions | None = None, *,
-                brief: bool = False) -> str:
-    """The plain-text table (also what is printed when ``rich`` is missing); ``brief``: one
-    line per check, the reason cut to one line."""
+                brief: bool = False, width: int | None = None) -> str:
+    """The plain-text table (also what is printed when ``rich`` is missing), ``width``
+    columns wide (default: ``report_width``) but for each not-passed check's evidence, whose
+    lines stay whole; ``brief``: one line per check, the reason cut to fit."""
+    width = width or report_width()
     out: list[str] = []
+
+    def wrapped(text: str, indent: str, then: str | None = None) -> None:
+        for line in text.splitlines() or [""]:
+            out.extend(textwrap.wrap(line, width, initial_indent=indent, subsequent_indent=(
+                indent if then is None else then), break_on_hyphens=False,
+                replace_whitespace=False) or [indent.rstrip()])
+
     for report in reports:
         head = header_lines(report)
-        out.append(f"== {head[0]}")
-        out += [f"   {line}" for line in head[1:]]
+        wrapped(f"== {head[0]}", "")
+        for line in head[1:]:
+            wrapped(line, "   ")
         if not report.gradable:
-            out += [f"   | {line}" for line in report.traceback.rstrip().splitlines()]
-        width = max((len(r.check_id) for r in report.results), default=0)
-        for result in report.results:
-            out.append(
-                f"   {result.status.value.upper():<15}{points_text(result):>8}  "
-                f"{result.check_id:<{width}}  {result.title}"
-            )
+            wrapped(report.traceback.rstrip(), "   | ")
+        shown, folded = folded_rows(report)
+        check_width = max((len(r.check_id) for r in shown), default=0)
+        pad = " " * (3 + 15 + 8 + 2)
+        for result in shown:
+            row = (f"   {result.status.value.upper():<15}{points_text(result):>8}  "
+                   f"{result.check_id:<{check_width}}  {result.title}")
+            out.append(row if len(row) <= width else row[: width - 1] + "…")
             if result.message and result.status is not Status.PASSED:
-                pad = " " * (3 + 15 + 8 + 2)
-                lines = [reason_line(result)] if brief else result.message.splitlines()
-                out += [f"{pad}{line}" for line in lines]
-        out += [f"   rerun: {command}" for command in rerun_lines(report, options)]
+                if brief:
+                    out.append(pad + reason_line(result, max(10, width - len(pad))))
+                else:  # the evidence whole, its lines as they are
+                    out += [f"{pad}{line}" for line in result.message.splitlines()]
+        for group in folded:
+            label, _, text = group.text().partition(": ")
+            wrapped(f"{label.upper():<15}{'–':>8}  {text}", "   ", pad)
+        for command in rerun_lines(report, options):
+            out += ["   " + line for line in command_lines(command, width - 3)]
         out.append("")
     return "\n".join(out)
 
@@ -111,8 +206,11 @@ def print_reports(
     use_rich: bool | None = None,
     brief: bool = False,
 ) -> None:
-    """Per submission: its header, a summary table (check, points, status, one-line reason)
-    and — unless ``brief`` — the details of every check not passed, at full width."""
+    """Per submission: its header, a summary table (check, points, status, one-line reason;
+    the checks that do not apply, and those not run because of one crash, folded into a line
+    each) and — unless ``brief`` — the details of every check not passed, their lines
+    whole. All but those details fit the terminal, or ``report_width`` when not printed to
+    one (80 columns unless ``COLUMNS`` says otherwise)."""
     file = file or sys.stdout
     if use_rich is None:
         use_rich = _rich_available()
@@ -122,7 +220,9 @@ def print_reports(
         _print_rich(reports, options, file, brief=brief)
     unconfined = sorted({r.isolation for r in reports if r.isolation.startswith("processes")})
     for isolation in unconfined:
-        file.write(f"isolation: {isolation}\n")
+        file.write(textwrap.fill(f"isolation: {isolation}", report_width() if not use_rich
+                                 else report_console(file).width, subsequent_indent="  ")
+                   + "\n")
 
 
 def _rich_available() -> bool:
@@ -134,49 +234,64 @@ def _rich_available() -> bool:
 
 
 def _print_rich(reports, options, file, *, brief: bool = False) -> None:
-    from rich.console import Console
     from rich.text import Text
 
-    console = Console(file=file, highlight=False)
-    if not console.is_terminal:
-        console = Console(file=file, highlight=False, width=120)
+    console = report_console(file)
+
+    def rerun(command: str) -> None:
+        lines = command_lines(command, console.width)
+        console.print(Text("rerun:", style="dim") + Text(lines[0][len("rerun:"):]),
+                      soft_wrap=True)
+        for line in lines[1:]:  # never wrapped by the console: the command stays pastable
+            console.print(Text(line), soft_wrap=True)
+
     for report in reports:
         head = header_lines(report)
-        console.rule(Text(head[0], style="bold"), align="left")
+        if len(head[0]) + 2 <= console.width:
+            console.rule(Text(head[0], style="bold"), align="left")
+        else:  # a rule would cut the name, or the score at its end
+            console.print(Text(head[0], style="bold"))
+            console.rule()
         for line in head[1:]:
-            console.print(Text(line), soft_wrap=True)  # Text: never read as markup
+            console.print(Text(line))  # Text: never read as markup
         if not report.gradable:
             console.print(Text(report.traceback.rstrip(), style="red"))
-        if report.results:
-            console.print(_rich_table(report))
+        shown, folded = folded_rows(report)
+        if shown:
+            console.print(_rich_table(shown))
+        for group in folded:
+            console.print(Text(group.text(), style=_STATUS_STYLES[group.status]))
+        if folded:
+            console.print()
         if not brief:
             for result in report.results:
                 if detailed(result) and result.message:
                     console.print(Text(f"{result.check_id} — {result.status.value}",
                                        style=_STATUS_STYLES[result.status]))
+                    # the evidence whole, its lines as they are (the README's "whole
+                    # evidence"): the terminal wraps them, a pager or grep keeps them
                     console.print(Text(result.message.rstrip()), soft_wrap=True)
-                    console.print(Text("rerun: ", style="dim") + Text(
-                        rerun_command(report.submission, result.check_id, options)),
-                        soft_wrap=True)
+                    rerun(rerun_command(report.submission, result.check_id, options))
                     console.print()
         else:
             for command in rerun_lines(report, options):
-                console.print(Text("rerun: ", style="dim") + Text(command), soft_wrap=True)
+                rerun(command)
         console.print()
 
 
-def _rich_table(report: SubmissionReport):
-    """check, points, status and the one-line reason; titles wrap, the rest does not."""
+def _rich_table(results: list[CheckResult]):
+    """check, points, status and the one-line reason; the reason takes what is left and
+    is cut to it, the rest does not wrap."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(box=box.SIMPLE_HEAD, expand=True)
+    table = Table(box=box.SIMPLE_HEAD, expand=True, pad_edge=False)
     table.add_column("check", no_wrap=True)
     table.add_column("points", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("reason", overflow="ellipsis", no_wrap=True, ratio=1)  # takes what is left
-    for result in report.results:
+    for result in results:
         table.add_row(
             Text(result.check_id),
             Text(points_text(result)),
