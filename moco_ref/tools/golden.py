@@ -223,13 +223,26 @@ def compare_values(name: str, stored: dict, fresh: dict) -> list[Difference]:
                 out.append(Difference(name, value_name, old["value"], new["value"], rtol, atol,
                                       f"differs ({reason})"))
         if found is not None:
-            where = f" at {list(found.index)}" if found.index else ""
-            out.append(Difference(
-                name, value_name, old["value"], new["value"], rtol, atol,
-                f"{found.count} of {found.size} values beyond tolerance; the largest differs "
-                f"by {found.max_abs:.3g} abs ({found.max_rel:.3g} rel){where}: golden "
-                f"{found.expected:.17g}, now {found.got:.17g}", numeric=True))
+            out.append(Difference(name, value_name, old["value"], new["value"], rtol, atol,
+                                  _beyond(found, rtol, atol), numeric=True))
     return out
+
+
+def _beyond(found, rtol: float, atol: float) -> str:
+    """The worst entry beyond tolerance: where it sits, both values, its own difference and
+    what its tolerance allows; and, when some entry within tolerance differs by more (a large
+    value within ``rtol``), that larger difference too, so no figure belongs to another entry."""
+    where = f" at {list(found.index)}" if found.index else ""
+    difference = abs(found.got - found.expected)
+    allowed = atol + rtol * abs(found.expected)
+    relative = f", {difference / abs(found.expected):.3g} rel" if found.expected else ""
+    text = (f"{found.count} of {found.size} values beyond tolerance; the largest of them"
+            f"{where} differs by {difference:.3g} abs{relative} (allowed {allowed:.3g}): "
+            f"golden {found.expected:.17g}, now {found.got:.17g}")
+    if found.max_abs > difference:
+        text += (f"; a larger difference, {found.max_abs:.3g} abs, is within the tolerance "
+                 "of its larger value")
+    return text
 
 
 def _dump(document: dict) -> str:

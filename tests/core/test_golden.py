@@ -1,6 +1,8 @@
 """Goldens hold, none is missing or unused, and each is cross-checked by an independent
 route: the closed form for the warm-up, a plain numpy MoCo for the short trajectories."""
 
+import copy
+import dataclasses
 import json
 import shutil
 
@@ -19,6 +21,23 @@ def _stored(name):
 
 def test_every_golden_holds_and_none_is_missing_or_unused():
     assert golden.check() == []
+
+
+_PRODUCED: dict[str, dict] = {}
+
+
+@pytest.fixture
+def produced_once(monkeypatch):
+    """The producers' values computed once per process: the tests of how a changed, missing or
+    unused file is reported compare against the same fresh values as the real check above,
+    without rerunning every producer (the digits run above all) for each of them."""
+    for name, entry in list(golden.GOLDENS.items()):
+        def produce(name=name, real=entry.produce):
+            if name not in _PRODUCED:
+                _PRODUCED[name] = real()
+            return copy.deepcopy(_PRODUCED[name])
+
+        monkeypatch.setitem(golden.GOLDENS, name, dataclasses.replace(entry, produce=produce))
 
 
 def test_golden_files_record_provenance_and_a_reason():
@@ -112,7 +131,7 @@ def test_the_trajectory_meets_collisions_and_wraps():
     assert any(recurring)
 
 
-def test_check_reports_missing_unused_and_changed_values(tmp_path):
+def test_check_reports_missing_unused_and_changed_values(produced_once, tmp_path):
     shutil.copytree(golden.DEFAULT_DIR, tmp_path, dirs_exist_ok=True)
     (tmp_path / "warmup.json").unlink()
     (tmp_path / "stray.json").write_text("{}")
@@ -123,7 +142,23 @@ def test_check_reports_missing_unused_and_changed_values(tmp_path):
     assert "warmup: missing golden file" in problems
     assert "stray: unused golden file" in problems
     assert "trajectory_lab:losses: 1 of " in problems
-    assert "the largest differs by 1e-06 abs" in problems and "at [2]" in problems
+    assert "the largest of them at [2] differs by 1e-06 abs" in problems
+    assert "a larger difference" not in problems
+
+
+def test_the_reported_difference_is_the_named_entry_s_own():
+    """A large value moved within its rtol differs by more than a small value moved beyond
+    tolerance: the message names the small one with its own difference and states the larger
+    one apart, instead of pairing one entry's values with another's difference."""
+    entry = {"rtol": 1e-3, "atol": 1e-4}
+    stored = {"history": {"value": [[1000.0, 2.0], [0.001]], **entry}}
+    fresh = {"history": {"value": [[1000.5, 2.0], [0.011]], **entry}}
+    (difference,) = golden.compare_values("run", stored, fresh)
+    assert difference.line() == (
+        "run:history: 1 of 3 values beyond tolerance; the largest of them at [1, 0] differs by "
+        "0.01 abs, 10 rel (allowed 0.000101): golden 0.001, now 0.010999999999999999; "
+        "a larger difference, 0.5 abs, is within the tolerance of its larger value "
+        "(rtol 0.001, atol 0.0001)")
 
 
 def _nudged(value, ulps: int):
@@ -139,7 +174,7 @@ def _nudged(value, ulps: int):
     return value
 
 
-def test_another_cpu_s_rounding_is_within_every_golden_s_tolerance(tmp_path):
+def test_another_cpu_s_rounding_is_within_every_golden_s_tolerance(produced_once, tmp_path):
     """Another CPU, thread count or ATen kernel moves results by an ulp or two, in ragged
     values (the queue's keys over steps) as in rectangular ones: every golden still holds."""
     shutil.copytree(golden.DEFAULT_DIR, tmp_path, dirs_exist_ok=True)
@@ -151,7 +186,7 @@ def test_another_cpu_s_rounding_is_within_every_golden_s_tolerance(tmp_path):
     assert golden.check(tmp_path) == []
 
 
-def test_a_ragged_value_beyond_tolerance_names_where(tmp_path):
+def test_a_ragged_value_beyond_tolerance_names_where(produced_once, tmp_path):
     shutil.copytree(golden.DEFAULT_DIR, tmp_path, dirs_exist_ok=True)
     document = json.loads((tmp_path / "trajectory_lab.json").read_text())
     keys = document["values"]["keys"]["value"]
@@ -162,7 +197,7 @@ def test_a_ragged_value_beyond_tolerance_names_where(tmp_path):
     assert "trajectory_lab:keys: 1 of " in problems and "at [3, 1, 2]" in problems
 
 
-def test_update_shows_the_diff_and_records_the_reason(tmp_path, capsys):
+def test_update_shows_the_diff_and_records_the_reason(produced_once, tmp_path, capsys):
     shutil.copytree(golden.DEFAULT_DIR, tmp_path, dirs_exist_ok=True)
     document = json.loads((tmp_path / "warmup.json").read_text())
     document["values"]["FIFO"]["value"] = ["a", "b", "c", "d"]

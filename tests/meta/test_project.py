@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,6 +24,7 @@ def test_ci_runs_the_readme_test_command():
     assert _readme_commands()[1] in (ROOT / ".ci" / "run").read_text()
 
 
+@pytest.mark.slow  # the default run has its superset: tests/tools/test_data_views.py
 def test_core_imports_without_torchvision():
     code = (
         "import sys; sys.modules['torchvision'] = None\n"

@@ -200,6 +200,7 @@ def test_the_core_and_the_lab_loop_import_without_torchvision():
         "import moco_ref, moco_ref.core.lab, moco_ref.tools.models, moco_ref.tools.evaluation\n"
         "import moco_ref.tools.data, moco_ref.core.step, moco_ref.core.queue\n"
         "import moco_ref.core.contrastive, moco_ref.core.momentum\n"
+        "moco_ref.moco_warmup()\n"  # running the core needs no torchvision either
         "try:\n    import moco_ref.core.views\nexcept ImportError:\n    print('views-needs-tv')\n"
     )
     done = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True,

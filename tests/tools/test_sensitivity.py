@@ -5,6 +5,7 @@ command line's usage errors, and a few hand-picked mutants graded end to end."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import textwrap
 from pathlib import Path
@@ -55,6 +56,13 @@ TINY = textwrap.dedent('''
 ''')
 
 
+@functools.cache
+def _mutants_of(name: str):
+    """The mutants of one bundled solution, generated once per process (about 1 s each); the
+    test of stable ids generates its own second set to compare with."""
+    return generate((SUBMISSIONS / name).read_text())
+
+
 def _sources(text: str, **kwargs) -> dict[str, object]:
     """The mutants of ``text`` by their module's AST (as ``ast.dump`` writes it)."""
     return {ast.dump(ast.parse(m.source)): m for m in generate(text, **kwargs).mutants}
@@ -103,7 +111,7 @@ def test_each_operator_writes_the_expected_mutant(operator, line, replacement):
 
 
 def test_descriptions_name_the_change():
-    descriptions = {m.id: m.description for m in generate(LAB.read_text()).mutants}
+    descriptions = {m.id: m.description for m in _mutants_of(LAB.name).mutants}
     assert descriptions["dim:51:46:0"] == "line 51: 'dim=1' → 'dim=0'"
     slice_70 = [d for d in descriptions.values() if d.startswith("line 70:")]
     assert "line 70: '…ueue, k])[-capacity:]' → '…ueue, k])[capacity:]'" in slice_70
@@ -111,7 +119,7 @@ def test_descriptions_name_the_change():
 
 
 def test_ids_are_stable_and_unique():
-    first = [(m.id, m.source) for m in generate(LAB.read_text()).mutants]
+    first = [(m.id, m.source) for m in _mutants_of(LAB.name).mutants]
     second = [(m.id, m.source) for m in generate(LAB.read_text()).mutants]
     assert first == second
     ids = [mutant_id for mutant_id, _ in first]
@@ -140,7 +148,7 @@ def test_docstrings_views_seed_and_unused_functions_are_not_mutated():
 
 
 def test_builder_mutates_the_class_methods_and_their_helpers():
-    result = generate((SUBMISSIONS / "builder_correct_official_style.py").read_text())
+    result = _mutants_of("builder_correct_official_style.py")
     assert result.style == "builder"
     assert result.functions[0] == "gather_from_all_ranks"
     assert "MoCo.forward" in result.functions and "MoCo.__init__" in result.functions
@@ -174,8 +182,7 @@ def test_the_equivalents_file_names_mutants_of_its_files():
     ids_of: dict[str, set[str]] = {}
     for entry in entries:
         if entry.file not in ids_of:
-            ids_of[entry.file] = {m.id for m in generate((SUBMISSIONS / entry.file).read_text())
-                                  .mutants}
+            ids_of[entry.file] = {m.id for m in _mutants_of(entry.file).mutants}
         assert entry.id in ids_of[entry.file], f"{entry.file}: no mutant {entry.id}"
         assert len(entry.reason) > 20
     assert len({(e.file, e.id) for e in entries}) == len(entries)
@@ -226,7 +233,7 @@ def test_kill_rate_and_report_from_stubbed_grading(tmp_path):
             reports.append(report)
         return reports
 
-    mutant_set = generate(LAB.read_text())
+    mutant_set = _mutants_of(LAB.name)
     equivalents = [sensitivity.Equivalent("drop-arg:55:20:1", LAB.name, "default dim"),
                    sensitivity.Equivalent("slice:70:46:1", LAB.name, "wrongly listed"),
                    sensitivity.Equivalent("nope:1:1:0", LAB.name, "stale")]
