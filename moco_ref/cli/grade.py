@@ -238,12 +238,9 @@ def _progress_printer(total: int):
 
 
 def _print_summary(reports, passed: list[bool], minimum) -> None:
+    from moco_ref.cli.tables import print_verdict_line
     from moco_ref.report.text import shown_name
 
-    below = [shown_name(r.submission, cap=4096)
-             for r, ok in zip(reports, passed, strict=True) if not ok]
-    if not below:
-        print(f"all {len(reports)} submission(s) reach {minimum.describe()}")
-    else:
-        print(f"{len(below)} of {len(reports)} submission(s) below {minimum.describe()}: "
-              + ", ".join(below))
+    print_verdict_line([shown_name(r.submission, cap=4096)
+                        for r, ok in zip(reports, passed, strict=True) if not ok],
+                       len(reports), minimum)

@@ -44,6 +44,7 @@ def run_merge(args: argparse.Namespace) -> int:
 
 
 def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
+    from moco_ref.cli.tables import print_verdict_line
     from moco_ref.report.formats import write_junit
     from moco_ref.report.scoring import meets
     from moco_ref.report.text import dumps_strict, shown_name
@@ -98,14 +99,8 @@ def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
               f"{out}/" + (f"; shard {args.shard} left out {result.skipped_by_shard}"
                            if shard else ""))
         names = [shown_name(student_label(outcome.target)) for outcome in result.outcomes]
-        below = [name for name, ok in zip(names, passed, strict=True) if not ok]
-        if not below:
-            print(f"all {len(reports)} submission(s) reach {minimum.describe()}")
-        else:
-            shown = ", ".join(below[:10]) + (f" and {len(below) - 10} more"
-                                             if len(below) > 10 else "")
-            print(f"{len(below)} of {len(reports)} submission(s) below {minimum.describe()}: "
-                  + shown)
+        print_verdict_line([name for name, ok in zip(names, passed, strict=True) if not ok],
+                           len(reports), minimum)
     return EXIT_OK if all(passed) else EXIT_BELOW
 
 

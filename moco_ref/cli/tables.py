@@ -6,6 +6,29 @@ from __future__ import annotations
 
 from moco_ref.report.formats import report_console
 
+MOST_NAMED = 10  # submissions named in the closing line; the rest counted
+
+
+def print_verdict_line(below: list[str], total: int, minimum) -> None:
+    """The closing line of a grading: all reach ``minimum``, or how many do not and which
+    (the first ``MOST_NAMED``); names that do not fit the report's width are folded into
+    the lines above it, so the verdict is always the last line."""
+    import textwrap
+
+    if not below:
+        print(f"all {total} submission(s) reach {minimum.describe()}")
+        return
+    shown = ", ".join(below[:MOST_NAMED]) + (f" and {len(below) - MOST_NAMED} more"
+                                             if len(below) > MOST_NAMED else "")
+    verdict = f"{len(below)} of {total} submission(s) below {minimum.describe()}"
+    width = report_console().width
+    if len(verdict) + 2 + len(shown) <= width:
+        print(f"{verdict}: {shown}")
+        return
+    print(textwrap.fill(f"below {minimum.describe()}: {shown}", width=width,
+                        subsequent_indent="  ", break_on_hyphens=False))
+    print(f"{verdict} (named above)")  # the verdict stays the last line
+
 
 def print_table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]], *,
                 no_wrap: tuple[str, ...] = (), styles: list[str | None] | None = None) -> None:

@@ -84,13 +84,13 @@ def _notebook(tmp_path: Path):
 
     cells = [chunk.strip() for chunk in re.split(r"\n\n\n", _body("correct_lab_order.py"))
              if chunk.strip()]
-    check = ("import glob, os, tempfile, time\n"
+    check = ("import glob, os, tempfile\n"
              "before = set(glob.glob(os.path.join(tempfile.gettempdir(), "
              "'moco-ref-selfcheck-*')))\n"
              "import moco_ref.selfcheck\n"
-             "started = time.monotonic()\n"
+             "from moco_ref.sandbox import client\n"
              "report = moco_ref.selfcheck.run(globals())\n"
-             "print('seconds', time.monotonic() - started)\n"
+             "print('warm', sorted(z.process.pid for z in client._ZYGOTES.values()))\n"
              "print('left', len(set(glob.glob(os.path.join(tempfile.gettempdir(), "
              "'moco-ref-selfcheck-*'))) - before))\n"
              "report")
@@ -128,7 +128,11 @@ def test_in_a_jupyter_kernel_the_page_is_inline_and_the_second_check_is_warm(tmp
         result = next(out["data"]["text/plain"] for out in cell.outputs
                       if out.output_type == "execute_result")
         assert result == "<moco-ref self-check: 100/100>"  # not the whole report
-    seconds = float(re.search(r"seconds ([\d.]+)", "".join(
-        out.get("text", "") for out in second.outputs)).group(1))
-    assert seconds < 2.5, seconds  # the warm process of the first check answered
+    def warm(cell) -> str:
+        return re.search(r"warm (\[[\d, ]*\])", "".join(
+            out.get("text", "") for out in cell.outputs)).group(1)
+
+    # the second check was answered by the warm process the first one started (how fast
+    # that is, is the benchmarks' to measure)
+    assert warm(first) == warm(second) != "[]"
     assert not _leftovers(tmp_path)
