@@ -7,7 +7,8 @@ As root (with every capability, on this machine), in a mount namespace of its ow
 
 1. unless ``--home-closed``: the folders above the Python installation that other users may
    not pass (root's home, here) are covered by an empty tmpfs that holds only the Python
-   installation again, as in an image whose Python lives in ``/usr`` — the confined rung can
+   installation again (and the grader's own checkout and working folder, when a covered
+   folder holds them), as in an image whose Python lives in ``/usr`` — the confined rung can
    then run each job as a uid of its own; with ``--home-closed`` the installation stays
    unreachable to other users, and jobs run as uid 0 without capabilities;
 2. a seccomp filter refusing what Docker's default profile refuses to an unprivileged
@@ -71,7 +72,13 @@ def _open_python_installation() -> None:
     covers = {bwrap.first_closed_folder(folder, uid, gid) for folder in folders} - {None}
     if not covers:
         return
-    plan = {"uid": 0, "gid": 0, "cover": sorted(covers), "reveal": folders}
+    # the grader's own checkout and working folder stay where they are (a covered folder may
+    # hold them too, e.g. a checkout in a private temporary folder)
+    # (their entries, not the folders: a covered folder itself stays passable)
+    grader = sorted({os.path.join(folder, name)
+                     for folder in {str(bwrap.PACKAGE_DIR.parent), os.getcwd()}
+                     for name in os.listdir(folder)})
+    plan = {"uid": 0, "gid": 0, "cover": sorted(covers), "reveal": folders + grader}
     from importlib import util
 
     spec = util.spec_from_file_location("moco_ref_launch", bwrap.LAUNCHER)
