@@ -502,8 +502,15 @@ class BuilderEvidence:
         if self.variant != SYMMETRIC:
             return "asymmetric (one (logits, labels) pair)"
         record = self.require_run()["steps"][0]
-        how = ("a loss; its two cross-entropies observed" if record.get("loss_returned")
-               else "two (logits, labels) pairs")
+        pairs, logits = record.get("pairs") or [], record.get("logits")
+        stacked = len(pairs) == 2 and isinstance(logits, torch.Tensor) and len(logits) == sum(
+            len(pair["logits"]) for pair in pairs)
+        if stacked:
+            how = (f"one [{len(logits)}, 1 + K] logits stacking both directions, read as its "
+                   f"two halves{'; a loss of it returned' if record.get('loss_returned') else ''}")
+        else:
+            how = ("a loss; its two cross-entropies observed" if record.get("loss_returned")
+                   else "two (logits, labels) pairs")
         first = " then ".join(VIEW_NAMES[v] for v in self.enqueue_order)
         return f"symmetric ({how}; keys enqueued {first})"
 

@@ -83,11 +83,14 @@ def _run_label(name: str) -> str:
 
 def _builder_loss(name: str, t: int, step: dict) -> None:
     """The loss the probe trained on is the cross-entropy of the recorded logits (summed over
-    a symmetric module's two pairs), unless the module returned a loss of its own."""
+    a symmetric module's two pairs; of all rows of a pair that stacks both halves, whose
+    recorded logits are both pairs' rows), unless the module returned a loss of its own."""
     if step.get("loss_returned") is not False or not isinstance(step.get("loss"), float):
         return
     pairs = [(p.get("logits"), p.get("labels")) for p in step["pairs"]] if step.get(
         "pairs") else [(step.get("logits"), step.get("labels"))]
+    if _stacked(step, pairs):
+        pairs = [(step.get("logits"), step.get("labels"))]
     try:
         with torch.no_grad():
             recomputed = sum(float(torch.nn.functional.cross_entropy(
@@ -98,6 +101,13 @@ def _builder_loss(name: str, t: int, step: dict) -> None:
           f"the {_run_label(name)} run's step {t}: the recorded logits give "
           f"the loss {recomputed:.8g}, not the {step['loss']:.8g} the probe trained on: "
           "observations were altered")
+
+def _stacked(step: dict, pairs: list) -> bool:
+    """Whether the returned logits are the two pairs' rows stacked (``[2B, 1 + K]``)."""
+    logits = step.get("logits")
+    return len(pairs) == 2 and isinstance(logits, torch.Tensor) and logits.ndim == 2 and all(
+        isinstance(p, torch.Tensor) and p.ndim == 2 for p, _ in pairs) and len(logits) == sum(
+        len(p) for p, _ in pairs) and all(len(p) for p, _ in pairs)
 
 def _builder_forwards(name: str, run: dict, probe) -> None:
     """Every recorded forward of the intact probe encoder in training mode is what that

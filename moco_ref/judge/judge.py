@@ -22,9 +22,10 @@ from moco_ref.judge.assertions import (
     SubmissionError,
 )
 from moco_ref.judge.gaps import PartNotObserved
+from moco_ref.judge.lab_record import short_run_observations
 from moco_ref.judge.registry import CheckSpec, all_checks, not_applicable_reason
 from moco_ref.judge.results import CheckResult, Status
-from moco_ref.judge.rubric import Rubric
+from moco_ref.judge.rubric import Rubric, charge_disabled
 from moco_ref.judge.styles import JUDGED_STYLES
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.threads import one_thread
@@ -65,11 +66,56 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
             results.append(_result(spec, Status.ERROR, OUT_OF_TIME))
         else:
             results.append(run_check(spec, style, evidence, crashes))
+    if evidence is not None and style == "lab":
+        results = _with_short_run(results, observations, style, options, deadline)
     results = _with_points(results, style, options)
     inferred = {"style": style}
     if evidence is not None and (deadline is None or time.monotonic() <= deadline):
         inferred.update(evidence.inferred())
     return results, inferred
+
+
+SHORT_RUN = ("in the second, short run ({n_train} training images, {epochs} epochs: a query meets "
+             "its own image's key while the queue still has empty slots, and a 240-key queue is "
+             "not yet full when train_moco returns) — ")
+
+
+# what the short run is for: the dictionary (its entries, FIFO, mask) and the loss that reads it;
+# the other families are judged on the main run alone (two steps cannot pin an EMA law)
+SHORT_RUN_FAMILIES = ("I2", "I3", "I4", "I8", "I9")
+
+
+def _with_short_run(results: list[CheckResult], observations: dict, style: str,
+                    options: GradeOptions, deadline: float | None) -> list[CheckResult]:
+    """A lab check of ``SHORT_RUN_FAMILIES`` that passed on the main run is judged again on
+    the short run (``lab_record.short_run_observations``) and fails if it fails there: one
+    verdict per check. Only a run the main probe found entirely right is judged again (a bug
+    the main run saw is charged there, once), and only a failure is taken from the short run:
+    what it could not judge leaves the main verdict."""
+    if any(r.status not in (Status.PASSED, Status.NOT_APPLICABLE) for r in results):
+        return results  # a bug the main run saw is charged there, not again in another light
+    short = short_run_observations(observations)
+    if short is None:
+        return results
+    try:
+        evidence = JUDGED_STYLES[style].evidence(short, options)
+    except Exception:  # noqa: BLE001 - an unreadable short run adds nothing
+        return results
+    probe = evidence.probe
+    specs = {spec.check_id: spec for spec in all_checks(style)
+             if spec.family in SHORT_RUN_FAMILIES}
+    merged = []
+    for result in results:
+        spec = specs.get(result.check_id)
+        if (result.status is Status.PASSED and spec is not None
+                and (deadline is None or time.monotonic() <= deadline)):
+            again = run_check(spec, style, evidence)
+            if again.status is Status.FAILED:
+                message = SHORT_RUN.format(n_train=probe.n_train, epochs=probe.epochs)
+                result = replace(again, message=message + again.message,
+                                 details={**again.details, "run": "short"})
+        merged.append(result)
+    return merged
 
 
 def _with_points(results: list[CheckResult], style: str,
@@ -80,7 +126,8 @@ def _with_points(results: list[CheckResult], style: str,
         return [replace(result, max_points=0.0) for result in results]
     skipped = {r.check_id for r in results if r.status is Status.NOT_APPLICABLE}
     points = Rubric.from_pairs(options.rubric).points(style, skipped)
-    return [replace(result, max_points=points.get(result.check_id, 0.0)) for result in results]
+    results = [replace(result, max_points=points.get(result.check_id, 0.0)) for result in results]
+    return charge_disabled(results)  # points follow the harm (rubric's docstring)
 
 
 def run_check(spec: CheckSpec, style: str, evidence: object,

@@ -25,7 +25,7 @@ from moco_ref.judge.record import (
     validate_warmup,
 )
 from moco_ref.probe import schema
-from moco_ref.probe.cases import default_lab_probe
+from moco_ref.probe.cases import LabProbe, default_lab_probe, short_lab_probe
 from moco_ref.probe.lab import (
     MAX_EVENTS,
     PROJECTION_DIM,
@@ -73,14 +73,20 @@ def _lab_meta(meta: dict, options: GradeOptions) -> None:
     need(meta.get("probe") == expected,
           f"the record names probe {meta.get('probe')}, the grader ran {expected}")
 
-def _training(data, options: GradeOptions) -> None:
-
+def _training(data, options: GradeOptions, probe: LabProbe | None = None) -> None:
+    """``data``, the record of a run on ``probe`` (the main probe unless given); a main
+    record's ``short_run`` is the record of the run on ``short_lab_probe``."""
     entries(data, schema.TrainingRecord, "train_moco's record")
     defined = boolean(data.get("defined"), "train_moco.defined")
     text_or_none(data.get("error"), "train_moco.error")
     if not defined:
         return
-    probe = _expected_lab_probe(options)
+    main = probe is None
+    probe = _expected_lab_probe(options) if main else probe
+    if "short_run" in data:
+        need(main and not data.get("error"), "a short run is recorded only beside a main run "
+             "that finished")
+        _training(data["short_run"], options, short_lab_probe(probe))
     world = LabProbeWorld(probe)
     P = int(world.initial_params.numel())
     need(data.get("layout") == parameter_layout(world.initial),
@@ -259,3 +265,16 @@ def view_inputs(view_calls: list, world) -> dict[tuple[int, int], torch.Tensor]:
             if source >= 0 and counts[source] == 1:
                 out[(call, source)] = views[row]
     return out
+
+
+def short_run_observations(observations: dict) -> dict | None:
+    """The record of the second, short run (``cases.short_lab_probe``) as a lab record of its
+    own — the main record's shared entries, the short probe and the short run as
+    ``train_moco`` — or None when there is none (the main run did not finish, or an older
+    record)."""
+    training = observations.get("train_moco")
+    short = training.get("short_run") if isinstance(training, dict) else None
+    if not isinstance(short, dict):
+        return None
+    probe = short_lab_probe(LabProbe.from_dict(observations.get("probe", {})))
+    return {**observations, "probe": probe.to_dict(), "train_moco": short}

@@ -8,6 +8,18 @@ sliver: a module with no EMA at all loses the whole I7 share, and a missing mask
 share. Only a check that never applies to the style (or reads a part the style's protocol
 makes optional and the submission left out) leaves the total.
 
+Points follow the harm. A bug is charged to the family whose law it breaks, once — and when its
+failure means a part of MoCo never ran, the families of that part are charged with it: a failed
+check that *disables* families takes over the points of their checks that passed (those passed
+only because the part they judge was never used), so the bug costs at least those families'
+share, and a point already lost to one of their own failures is not lost again. Two failures
+disable: the queue never used as negatives (``I8-empty-queue-in-batch`` with the in-batch loss
+at every step after the first: the dictionary, I2, I3 and I4, is dead) and gradients that
+accumulate across steps (``contract-fresh-gradients``: the gradient step no longer applies the
+loss's gradient, so the loss family I8 is charged). Any check may name what its failure
+disables (``details["disables"]``). The total is unchanged: points move, in cents
+(``charge_disabled``).
+
 A course sets its own weights in a TOML file (``moco-ref grade --rubric FILE``; ``moco-ref
 rubric show [FILE]`` prints the effective points)::
 
@@ -35,11 +47,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import tomllib
 
 from moco_ref.judge.registry import FAMILIES, all_checks, get_check, unknown_selectors
+from moco_ref.judge.results import CheckResult, Status
 from moco_ref.probe.options import family_of
 
 DEFAULT_TOTAL = 100.0
@@ -136,6 +149,56 @@ def in_cents(points: dict[str, float], total: float) -> dict[str, float]:
 
 
 DEFAULT_RUBRIC = Rubric()
+
+DICTIONARY = ("I2", "I3", "I4")  # the queue's entries, its FIFO, its mask
+
+
+def disabled_families(result: CheckResult) -> tuple[str, ...]:
+    """The families a failed check's failure disables (see the module's docstring): those it
+    names in ``details["disables"]``, else the two known rules; none for another failure."""
+    if result.status is not Status.FAILED:
+        return ()
+    details = result.details or {}
+    named = details.get("disables")
+    if isinstance(named, (list, tuple)):
+        return tuple(f for f in FAMILIES if f in named and f != result.family)
+    if result.check_id == "I8-empty-queue-in-batch":
+        steps, losses = details.get("steps"), details.get("loss_submission")
+        if isinstance(steps, list) and isinstance(losses, list) and len(losses) > 1 \
+                and set(range(1, len(losses))) <= set(steps):
+            return DICTIONARY  # in-batch negatives at every step: the queue never read
+    return ()
+
+
+def charge_disabled(results: list[CheckResult]) -> list[CheckResult]:
+    """Each failed check that disables families (``disabled_families``) takes over the points
+    of their checks that passed: its maximum grows by them, theirs become 0 (with
+    ``details["charged_to"]``). A check's points move at most once and a failed check of a
+    disabled family keeps its own, so no point is charged twice; the total is unchanged."""
+    results = list(results)
+    moved: set[int] = set()
+    for i, result in enumerate(results):
+        families = disabled_families(result)
+        if not families:
+            continue
+        taken = 0.0
+        for j, other in enumerate(results):
+            if j == i or j in moved or other.family not in families \
+                    or other.status is not Status.PASSED or other.max_points <= 0:
+                continue
+            moved.add(j)
+            taken += other.max_points
+            results[j] = replace(other, max_points=0.0,
+                                 details={**other.details, "charged_to": result.check_id})
+        if taken:
+            results[i] = replace(
+                result, max_points=round(result.max_points + taken, 2),
+                message=f"{result.message} (what this breaks disables "
+                        f"{', '.join(families)}: the bug is charged their {taken:.2f} points "
+                        "too, once)",
+                details={**result.details, "disables": list(families),
+                         "charged_points": round(taken, 2)})
+    return results
 
 
 def load_rubric(path) -> Rubric:

@@ -324,6 +324,20 @@ def returned_pairs(output, captured: list, described: dict):
                     f"symmetric loss) or a loss, got {described}")
 
 
+def stacked_halves(pairs: list, batch: int) -> list | None:
+    """The two halves of a symmetric module that stacks both directions into one pair:
+    logits ``[2B, 1 + K]`` with labels ``[2B]`` for a batch of ``B`` images per view, read as
+    rows ``0 … B − 1`` and ``B … 2B − 1`` (each half one view's queries against the other
+    view's keys); None for anything else."""
+    if len(pairs) != 1:
+        return None
+    logits, labels = pairs[0]
+    if logits.ndim != 2 or labels.ndim != 1 or batch < 1 or \
+            logits.shape[0] != 2 * batch or labels.shape[0] != 2 * batch:
+        return None
+    return [(logits[:batch], labels[:batch]), (logits[batch:], labels[batch:])]
+
+
 def train_step(model, optimizer, recorder: BuilderRecorder, im_q: torch.Tensor,
                im_k: torch.Tensor, *, call=None, traced=None,
                after_backward=None) -> BuilderStep:
@@ -340,13 +354,17 @@ def train_step(model, optimizer, recorder: BuilderRecorder, im_q: torch.Tensor,
         step["events"] = recorder.end_step()
     step["returned"] = _describe(output)
     pairs, returned_loss = returned_pairs(output, captured, step["returned"])
-    step["logits"] = pairs[0][0].detach().cpu().clone()  # [B, 1 + K]
-    step["labels"] = pairs[0][1].detach().cpu().clone()  # [B]
-    if len(pairs) == 2:  # a symmetric module: (q of im_q, k of im_k), (q of im_k, k of im_q)
+    # [B, 1 + K] and [B] as returned (a stacked symmetric module's [2B, 1 + K] and [2B])
+    step["logits"] = pairs[0][0].detach().cpu().clone()
+    step["labels"] = pairs[0][1].detach().cpu().clone()
+    halves = stacked_halves(pairs, len(im_q)) or pairs
+    if len(halves) == 2:  # a symmetric module: (q of im_q, k of im_k), (q of im_k, k of im_q)
         step["pairs"] = [{"logits": logits.detach().cpu().clone(),
-                          "labels": labels.detach().cpu().clone()} for logits, labels in pairs]
+                          "labels": labels.detach().cpu().clone()} for logits, labels in halves]
     step["loss_returned"] = returned_loss is not None
     step["after_forward"] = state_of(model)
+    # the official loop's loss: one cross-entropy per returned pair (of all 2B rows of a
+    # stacked pair: the mean of its halves)
     loss = returned_loss if returned_loss is not None else sum(
         F.cross_entropy(logits, labels) for logits, labels in pairs)
     optimizer.zero_grad(set_to_none=True)

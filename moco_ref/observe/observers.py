@@ -25,9 +25,11 @@ from moco_ref.probe.cases import (
     cases_fingerprint,
     component_cases,
     default_lab_probe,
+    short_lab_probe,
 )
 from moco_ref.probe.lab import PROJECTION_DIM, flat_parameters, parameter_layout
 from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.parts import INPUT_MUTATED
 from moco_ref.probe.schema import (
     ComponentsRecord,
     EmaCaseOutput,
@@ -129,10 +131,14 @@ def observe_lab(namespace: dict, options: GradeOptions,
     with one_thread():
         record: LabRecord = {"probe": probe.to_dict(), "moco_warmup": _call_warmup(namespace)}
         record["train_moco"] = _observe_training(namespace, probe)
+        if record["train_moco"].get("defined") and not record["train_moco"].get("error"):
+            # the paths of a ring not yet full (cases.short_lab_probe)
+            record["train_moco"]["short_run"] = _observe_training(
+                namespace, short_lab_probe(probe), watch_input=True)
     return record
 
 
-def _observe_training(namespace: dict, probe) -> TrainingRecord:
+def _observe_training(namespace: dict, probe, watch_input: bool = False) -> TrainingRecord:
     function = namespace.get("train_moco")
     if not callable(function):
         return {"defined": False, "error": "train_moco is not defined"}
@@ -148,6 +154,7 @@ def _observe_training(namespace: dict, probe) -> TrainingRecord:
         "train": recorder.train.clone(),
         "projection_dim": PROJECTION_DIM,
     }
+    pristine = recorder.images.clone() if watch_input else None
     started = time.perf_counter()
     try:
         result = function(recorder.initial, recorder.images, recorder.train.numpy(), probe.epochs)
@@ -157,6 +164,8 @@ def _observe_training(namespace: dict, probe) -> TrainingRecord:
         record["error"] = submission_error_text(exc)
         result = None
     record["seconds"] = time.perf_counter() - started
+    if pristine is not None and not torch.equal(recorder.images, pristine):
+        record[INPUT_MUTATED] = True  # else set by the part's own watch (observe.parts)
     record["events"] = recorder.events
     record["dropped_events"] = recorder.dropped_events
     record["view_calls"] = [ids.clone() for ids in recorder.view_calls]

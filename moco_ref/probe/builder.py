@@ -22,13 +22,18 @@ WIDTH = 20  # channels of the probe encoder, the input width of its .fc (≠ dim
 FC_GAIN = 4.0  # raw outputs of norm ≫ 1, so a missing L2 normalization is visible
 QUERY_VIEW, KEY_VIEW = 0, 1  # the views a traced row comes from: im_q, im_k
 VIEW_NAMES = ("im_q", "im_k")
+BATCH_SPLITS = 8  # every probe batch divides into 1, 2, 4 or 8 split-BatchNorm slices
+BATCH_CHOICES = (8, 16)  # the batches a course key draws from (multiples of BATCH_SPLITS)
 
 
 @dataclass(frozen=True)
 class BuilderProbe:
     """What the grader builds the module with and how long it trains it. K is a multiple of
     the batch (the official module asserts it) and ``steps · batch > K``, so the queue wraps
-    and the keys of the first steps are dropped again."""
+    and the keys of the first steps are dropped again. Every batch an encoder sees (main,
+    ragged, mlp and each rank's) is a multiple of ``BATCH_SPLITS``: encoders with split
+    BatchNorm (statistics per slice of the batch, as MoCo's CIFAR demos simulate several
+    GPUs) need the batch to divide into their slices."""
 
     dim: int = 16
     K: int = 48
@@ -47,8 +52,8 @@ class BuilderProbe:
     # ranks_K is a multiple of the world batch and ranks_steps · world batch > ranks_K (a
     # symmetric module's K is the next multiple of twice the world batch: see ranks_probe)
     ranks: int = 2
-    ranks_batch: int = 4
-    ranks_K: int = 24
+    ranks_batch: int = 8
+    ranks_K: int = 32
     ranks_steps: int = 4
     symmetric: bool = False  # --variant symmetric: built with symmetric=True where it exists
 
@@ -73,12 +78,13 @@ def default_builder_probe(options: GradeOptions) -> BuilderProbe:
     """The probe for ``options``: T is ``--temperature``, m is ``--expect-m`` when pinned.
     With a course's probe key its sizes and seed are drawn from the key (as the ``lab``
     probe's are): ``dim`` never the encoder's width, K a multiple of the batch, the queue
-    wrapping within the run, the ragged K never a multiple of the batch."""
+    wrapping within the run, the ragged K never a multiple of the batch, the batch a multiple
+    of ``BATCH_SPLITS``."""
     probe = BuilderProbe(T=float(options.temperature), seed=int(options.seed),
                          symmetric=options.variant == "symmetric")
     if options.probe_key:
         draw = course_draw("builder", options.probe_key, options.seed)
-        batch = draw.choice((6, 8))
+        batch = draw.choice(BATCH_CHOICES)
         K = batch * draw.randint(5, 7)
         ragged_K = draw.choice([k for k in range(K // 2, K) if k % batch])
         probe = replace(probe, dim=draw.choice((12, 16, 24)), batch=batch, K=K,

@@ -139,6 +139,24 @@ def default_lab_probe(seed: int = 0, key: str = "") -> LabProbe:
                     epochs=draw.randint(3, 4), seed=draw.randint(0, 2**31 - 1))
 
 
+SHORT_RUN_EPOCHS = 2
+SHORT_RUN_TRAIN = (60, 65)  # [low, high): at most half a 128-key queue, a batch of 60 or 64
+
+
+def short_lab_probe(probe: LabProbe) -> LabProbe:
+    """The second, short run's probe, derived from the main one (the same images' count,
+    another seed): ``SHORT_RUN_TRAIN`` training ids for ``SHORT_RUN_EPOCHS`` epochs. The main
+    probe's training set fills a typical queue (128 or 240 keys) before any id repeats; here
+    the ids repeat while the queue still has empty slots (the second epoch's queries meet their
+    own first-epoch keys) — at most half of a 128-key queue is written then — and the run ends
+    before a 240-key queue is full, so the paths of a ring that is not yet full are met: its
+    mask over unwritten slots, its returned queue. LAB 07's batch of 60 still gives a full
+    batch (a ``drop_last`` loop trains too)."""
+    low, high = SHORT_RUN_TRAIN
+    return LabProbe(n_images=probe.n_images, n_train=low + probe.seed % (high - low),
+                    epochs=SHORT_RUN_EPOCHS, seed=(probe.seed + 1) % 2**31)
+
+
 @st.composite
 def lab_probes(draw) -> LabProbe:
     """Probes around the default: ragged batch counts, 3–4 epochs, any seed."""

@@ -111,6 +111,7 @@ class TrainingRecord(TypedDict, total=False):
     initial_unchanged: bool
     returned: Returned
     input_mutated: bool  # parts.INPUT_MUTATED: the probe's images changed in place
+    short_run: TrainingRecord  # the same run on cases.short_lab_probe (main record only)
 
 
 class LabRecord(ObservedRecord, total=False):

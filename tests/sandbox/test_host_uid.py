@@ -326,7 +326,9 @@ def test_the_bundled_examples_get_their_verdicts():
     assert {path: stats[:3] for path, stats in _stats().items()} == \
         {path: stats[:3] for path, stats in before.items()}
     devices = outcomes["chmod_devices.py"].report.stdout
-    assert "ATTACK changed: nothing" in devices and devices.count(": refused (") == 6, devices
+    refused = {line for line in devices.splitlines() if ": refused (" in line}
+    # (train_moco runs twice: the main probe and the short one; each attempt is refused)
+    assert "ATTACK changed: nothing" in devices and len(refused) == 6, devices
     threads = outcomes["thread_swarm.py"].report.stdout
     assert "can't start new thread" in threads, threads
     hoard = outcomes["memfd_hoard.py"].report

@@ -81,10 +81,25 @@ def i4_same_source_masked_lab(ev: LabEvidence) -> str | None:
     (the mask compares ids with ``==``). Judged at every step whose loss uses the queue."""
     diagnosis, steps = loss_steps(
         ev, "the same-source mask", lambda t: len(ev.loss_inputs[t].negatives["before"][1]) > 0)
-    fault = factor_fault(diagnosis, steps, "mask", ("none", "fill-zero", "inverted"))
+    fault = factor_fault(diagnosis, steps, "mask", ("none", "fill-zero", "inverted", "rows-zero"))
     if fault:
         t, _, form = fault
         rule = form.mask
+        if rule == "rows-zero":
+            step = ev.loss_inputs[t]
+            _, queued = step.negatives[form.negatives]
+            zeroed = int(same_source_mask(step.ids, queued).any(dim=0).sum())
+            mass = _same_source_mass(ev, form, diagnosis.temperature, t)
+            fail_factor(ev, diagnosis, fault, "mask",
+                        "the mask zeroes the queue rows of the batch's images instead of "
+                        "masking their logits: a zero row's logit is 0 for every query, and "
+                        "e^0 still counts in the softmax",
+                        expected=f"probability 0 for the {ev.collisions(t)} negatives from a "
+                                 "query's own image, the other queries' logits untouched",
+                        got=f"{zeroed} queue rows zeroed (logit 0 for all {len(step.ids)} "
+                            f"queries); {mass:.3g} of each such query's probability on its "
+                            "own image's entries, on average",
+                        details=_mask_picture(ev, t, rule))
         if rule == "inverted":
             fail_factor(ev, diagnosis, fault, "mask",
                         "the mask is inverted: it hides every negative from another image and "

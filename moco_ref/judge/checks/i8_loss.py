@@ -1,5 +1,9 @@
 """I8: L = −ln p⁺ with the positive at column 0, logits / T, normalized embeddings, and
-in-batch negatives while the queue is empty."""
+in-batch negatives while the queue is empty.
+
+Long on purpose: the loss family's checks for the three styles sit together (one module per
+family), with the diagnoses that name what departs (a factor, a permuted positive).
+"""
 
 from __future__ import annotations
 
@@ -36,9 +40,13 @@ from moco_ref.judge.invariants import (
     gradient_error,
     logits_error,
 )
-from moco_ref.judge.invariants.logits import BUILDER_FORM, masked_columns
+from moco_ref.judge.invariants.logits import (
+    BUILDER_FORM,
+    LOGITS_TOLERANCE,
+    masked_columns,
+)
 from moco_ref.judge.invariants.loss import FORM_TEXT, TEMPERATURE_RULES
-from moco_ref.judge.invariants.loss_diagnosis import departure
+from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis, departure
 from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.registry import check
 
@@ -83,12 +91,40 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
                       "loss_by_step": diagnosis.narrative(ev.queue_context, 12),
                       **loss_series(ev, diagnosis)})
     steps = list(range(len(ev.steps)))
-    fault = factor_fault(diagnosis, steps, "labels", ("ones",))
+    fault = factor_fault(diagnosis, steps, "labels", tuple(LABELS_TEXT))
     if fault:
-        fail_factor(ev, diagnosis, fault, "labels",
-                    "the labels point at column 1 (the oldest queued key), not at the positive",
+        misconception, got = LABELS_TEXT[fault[2].labels]
+        fail_factor(ev, diagnosis, fault, "labels", misconception,
                     expected="labels zeros(B): the positive q·k⁺ is column 0",
-                    got="labels ones(B)")
+                    got=got.format(columns=_columns(ev, diagnosis, fault[0])))
+    fault = factor_fault(diagnosis, steps, "extra", ("queries",))
+    if fault:
+        t = fault[0]
+        held = len(ev.loss_inputs[t].negatives[fault[2].negatives][1])
+        batch = len(ev.steps[t].ids)
+        fail_factor(ev, diagnosis, fault, "extra",
+                    "the batch's other queries are used as extra negatives (q·qᵀ): MoCo's "
+                    "negatives are the queued keys only",
+                    expected=f"logits [q·k⁺, q·queueᵀ]/T, 1 + {held} columns",
+                    got=f"[q·k⁺, q·queueᵀ, q·qᵀ]/T, 1 + {held} + {batch} columns (each "
+                        "query's own column hidden)")
+    fault = parameter_fault(diagnosis, steps, "scale")
+    if fault:
+        scale = fault[2].scale
+        fail_factor(ev, diagnosis, fault, "scale",
+                    f"the loss is multiplied by {scale:.4g} (divided by {1 / scale:.4g}) "
+                    "before backward",
+                    expected="the batch mean of −ln p⁺, unscaled",
+                    got=f"{scale:.4g} × the mean of −ln p⁺ at every step")
+    fault = parameter_fault(diagnosis, steps, "newest")
+    if fault:
+        t = fault[0]
+        held = len(ev.loss_inputs[t].negatives[fault[2].negatives][1])
+        fail_factor(ev, diagnosis, fault, "newest",
+                    f"only the newest {fault[2].newest} queued keys are used as negatives, "
+                    "not the whole queue",
+                    expected=f"all {held} queued keys as negatives, [q·k⁺, q·queueᵀ]/T",
+                    got=f"[q·k⁺, q·queue[-{fault[2].newest}:]ᵀ]/T")
     fault = factor_fault(diagnosis, steps, "reduction", ("sum",))
     if fault:
         fail_factor(ev, diagnosis, fault, "reduction",
@@ -107,6 +143,31 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
     return "explained step by step: " + diagnosis.narrative(ev.queue_context)
 
 
+def parameter_fault(diagnosis: LossDiagnosis, steps: list[int], parameter: str):
+    """``(first step, every such step, its form)`` of the given steps whose loss has the
+    numeric ``parameter`` (``queue_t``, ``scale``, …) fitted, or None."""
+    faulty = [t for t in steps if diagnosis.form_at(t) is not None
+              and getattr(diagnosis.form_at(t), parameter) is not None]
+    return (faulty[0], faulty, diagnosis.form_at(faulty[0])) if faulty else None
+
+
+LABELS_TEXT = {
+    "ones": ("the labels point at column 1 (the oldest queued key), not at the positive",
+             "labels ones(B)"),
+    "arange": ("the queue branch keeps the in-batch labels arange(B): query i is told its "
+               "positive is column i, a queued key for every i > 0, not column 0",
+               "labels arange(B) over {columns} columns"),
+    "last": ("the labels point at the last column (the newest queued key), not at the "
+             "positive in column 0", "labels {columns} − 1 (the last of {columns} columns)"),
+}
+
+
+def _columns(ev: LabEvidence, diagnosis, t: int) -> int:
+    form = diagnosis.form_at(t)
+    keys = ev.loss_inputs[t].negatives[form.negatives][0]
+    return 1 + (len(keys) if form.newest is None else min(form.newest, len(keys)))
+
+
 def _scale_hint(ev: LabEvidence, t: int, diagnosis) -> str:
     result = form_gradient(REFERENCE_FORM, ev.loss_inputs[t], ev.options.temperature)
     if result is None:
@@ -116,6 +177,67 @@ def _scale_hint(ev: LabEvidence, t: int, diagnosis) -> str:
     if abs(scale - 1) > 0.01 and gradient_error(observed, scale * reference) < diagnosis.tolerance:
         return f" (the loss is the reference's times {scale:.4g})"
     return ""
+
+
+def _positive_images(ev: BuilderEvidence, t: int) -> list[int] | None:
+    """For the ``t``-th logits step whose negatives are the reference's (the queue before the
+    step, over T) but whose positives are not: the image ``j`` whose key gives each query
+    ``i``'s positive ``q̂_i·k̂_j / T``, when every row has one and some ``j ≠ i`` (the keys came
+    back from the key encoder in another order than their images); None otherwise."""
+    step = ev.logit_steps[t]
+    logits = step.logits.to(torch.float64)
+    reference = expected_logits(BUILDER_FORM, step, ev.temperature)
+    if logits.shape != reference.shape or len(logits) < 2:
+        return None
+    scale = max(1.0, float(reference.abs().max()))
+    negatives = (logits[:, 1:].sort(dim=1).values - reference[:, 1:].sort(dim=1).values)
+    if negatives.numel() and float(negatives.abs().max()) / scale > LOGITS_TOLERANCE:
+        return None
+    q = torch.nn.functional.normalize(step.q.to(torch.float64), dim=1)
+    k = torch.nn.functional.normalize(step.k.to(torch.float64), dim=1)
+    candidates = q @ k.T / ev.temperature  # [B, B]: query i against image j's key
+    errors = (candidates - logits[:, :1]).abs() / scale
+    best = errors.argmin(dim=1)
+    if float(errors.gather(1, best[:, None]).max()) > LOGITS_TOLERANCE:
+        return None
+    images = [int(j) for j in best]
+    return None if images == list(range(len(images))) else images
+
+
+def _shuffle_cause(ev: BuilderEvidence, t: int, images: list[int]) -> str:
+    """Why the keys are out of order, read from the rows the key encoder ran on: the shuffled
+    order itself (the unshuffle is missing), or that order applied twice (the permutation used
+    where its inverse belongs); empty when neither."""
+    if ev.variant == SYMMETRIC:
+        return ""
+    step = ev.steps[t]
+    try:
+        rows = ev.record["run"]["steps"][t]["events"][step.key_event]["rows"].tolist()
+    except (KeyError, IndexError, AttributeError, TypeError):
+        return ""
+    if sorted(rows) != list(range(len(images))) or rows == images == list(range(len(rows))):
+        return ""
+    if images == rows:
+        return ("; the keys are in the shuffled order the key encoder ran on (rows "
+                f"{fmt_ids(rows)}): the unshuffle is missing")
+    if images == [rows[r] for r in rows]:
+        return ("; the keys are the shuffled order applied twice: the unshuffle indexes with "
+                "the permutation itself where its inverse (argsort) belongs")
+    return ""
+
+
+def _fail_permuted_positives(ev: BuilderEvidence, t: int, images: list[int]) -> None:
+    wrong = [(i, j) for i, j in enumerate(images) if i != j]
+    shown = ", ".join(f"query {i}'s positive is the key of image {j}" for i, j in wrong[:4])
+    more = f", … ({len(wrong)} of {len(images)} queries)" if len(wrong) > 4 else \
+        f" ({len(wrong)} of {len(images)} queries)"
+    fail("each query's positive is another image's key: the keys come back from the key "
+         "encoder in another order than their images (the batch is shuffled before the key "
+         "encoder and not put back in image order)",
+         where=f"{ev.logit_where(t)}:",
+         expected="query i's positive q·k of image i, its own image's key",
+         got=f"{shown}{more}{_shuffle_cause(ev, t, images)}",
+         details={"positive_images": images, "step": t})
 
 
 @LOSS_MATCHES_RECOMPUTATION.judges('builder')
@@ -129,6 +251,9 @@ def i8_loss_matches_recomputation_builder(ev: BuilderEvidence) -> str | None:
     fit = ev.logits
     if not fit.all_match:
         t = next(i for i, ok in enumerate(fit.matched) if not ok)
+        images = _positive_images(ev, t)
+        if images is not None:
+            _fail_permuted_positives(ev, t, images)
         step = ev.logit_steps[t]
         reference = expected_logits(BUILDER_FORM, step, ev.temperature)
         error = logits_error(step.logits, reference)
@@ -196,6 +321,16 @@ def i8_temperature_divides_logits_lab(ev: LabEvidence) -> str | None:
              got=f"T = {fit.temperature:.4g} (if the assignment uses it, grade with "
                  f"--temperature {fit.temperature:.4g})")
     diagnosis, steps = loss_steps(ev, "the temperature")
+    for factor, branch in (("queue_t", "queue"), ("warmup_t", "in-batch (warm-up)")):
+        fault = parameter_fault(diagnosis, steps, factor)
+        if fault:
+            value = getattr(fault[2], factor)
+            ratio = t_expected / value
+            fail_factor(ev, diagnosis, fault, factor,
+                        f"the {branch} branch's logits are divided by another temperature, "
+                        f"{value:.4g}, while the other branch uses T",
+                        expected=f"{branch} logits q·k/T with T = {t_expected:g}",
+                        got=f"q·k/{value:.4g} (the logits scaled by {ratio:.4g})")
     for factor in ("temperature", "warmup_temperature"):
         fault = factor_fault(diagnosis, steps, factor, TEMPERATURE_RULES[1:])
         if fault:
@@ -274,6 +409,16 @@ EMBEDDINGS_NORMALIZED = check(
 def i8_embeddings_normalized_lab(ev: LabEvidence) -> str | None:
     """The query and the key are L2-normalized projections, so every logit is a cosine
     similarity over T."""
+    queue = ev.queue
+    if queue.stored_kind == "raw key":
+        j = queue.kinds.index("raw key")
+        step, _ = queue.sources[j]
+        fail("the keys were enqueued before L2 normalization: the queue's negatives are raw "
+             "projections while the positive is normalized",
+             where=f"queue entry {j} (id {int(queue.ids[j])}, enqueued at step {step}), "
+                   f"{queue.kinds.count('raw key')} of {len(queue.kinds)} entries:",
+             expected="the normalized key k = F.normalize(key(view)[1], dim=1), of norm 1",
+             got=f"the raw key projection, of norm {float(queue.keys[j].norm()):.3g}")
     diagnosis, steps = loss_steps(ev, "the normalization of q and k")
     fault = factor_fault(diagnosis, steps, "normalize", ("q-raw", "k-raw"))
     if fault:
@@ -434,22 +579,34 @@ def i8_positive_across_ranks_builder(ev: BuilderEvidence) -> str | None:
 
 
 def _judge_half(ranks, t: int, rank: int, half) -> None:
-    """Every query of one returned pair has the key of its own image (of ``half.key_view``)."""
+    """Every query of one returned pair has the key of its own image (of ``half.key_view``);
+    otherwise fails naming, per query, whose key its positive is."""
     of = (f" (q of {VIEW_NAMES[half.query_view]} against the key of "
           f"{VIEW_NAMES[half.key_view]})" if ranks.symmetric else "")
-    for i, (image, key) in enumerate(zip(ranks.rows_of(rank), half.used)):
-        if key is not None and key.slot == (half.key_view, image):
-            continue
-        if not ranks.partitioned(t):
-            misconception = ("the ranks shuffled with different permutations (rank 0's "
-                             "permutation is not broadcast), so the unshuffle hands queries "
-                             "the keys of other images")
-        else:
-            misconception = "the shuffle is not undone: a query's positive is the key of " \
-                            "another image"
-        fail(misconception,
-             where=f"at step {t} of the two-process run, rank {rank}, query {i}{of}",
-             expected=f"the positive q·k of {ranks.describe((half.key_view, image))}",
-             got=(f"q·k of {ranks.describe(key.slot)} (computed on rank {key.rank})"
-                  if key is not None else "a positive that is q·k of no key computed at this "
-                                          "step"))
+    wrong = [(i, image, key) for i, (image, key) in enumerate(zip(ranks.rows_of(rank),
+                                                                   half.used))
+             if key is None or key.slot != (half.key_view, image)]
+    if not wrong:
+        return
+    if not ranks.partitioned(t):
+        cause = ("the ranks shuffled with different permutations (rank 0's permutation is not "
+                 "broadcast), so the unshuffle hands queries the keys of other images")
+    else:
+        cause = "the shuffle is not undone"
+
+    def took(i: int, image: int, key) -> str:
+        own = ranks.describe((half.key_view, image))
+        if key is None:
+            return f"query {i} ({own}): a positive that is q·k of no key computed at this step"
+        return (f"query {i} ({own}) took the key of {ranks.describe(key.slot)} (computed on "
+                f"rank {key.rank})")
+
+    shown = "; ".join(took(*w) for w in wrong[:3])
+    count = len(half.used)
+    more = f"; … {len(wrong)} of {count} queries" if len(wrong) > 3 else \
+        f" ({len(wrong)} of {count} queries)"
+    fail(f"each query's positive is another image's key: {cause}",
+         where=f"at step {t} of the two-process run, rank {rank}{of}:",
+         expected="each query's positive q·k of its own image's key",
+         got=f"{shown}{more}",
+         details={"queries": [i for i, _, _ in wrong], "step": t, "rank": rank})

@@ -13,7 +13,9 @@ A *form* fixes eight independent choices; the reference's form is the first of e
 ``normalize``           ``both`` · ``q-raw`` (q not L2-normalized) · ``k-raw``
 ``mask``                ``same-source`` · ``none`` · ``positive-too`` (the positive hidden as
                         well) · ``inverted`` (every other source hidden, ``!=`` for ``==``) ·
-                        ``fill-zero`` (same-source logits set to 0, which still counts)
+                        ``fill-zero`` (same-source logits set to 0, which still counts) ·
+                        ``rows-zero`` (the queue rows of any query's image zeroed: their
+                        logit 0 for every query, still counted)
 ``negatives``           ``before`` (the queue before this step's enqueue) · ``after`` (the
                         batch's own keys enqueued before the loss) · ``with-current`` (the
                         batch's keys appended to the queue, nothing dropped) · ``recomputed``
@@ -23,11 +25,20 @@ A *form* fixes eight independent choices; the reference's form is the first of e
 ``branch``              ``by-queue`` (the in-batch branch only while the queue is empty) ·
                         ``in-batch`` (in-batch negatives at this step although the queue
                         holds keys)
-``labels``              ``zeros`` (the positive at column 0) · ``ones`` (column 1)
+``labels``              ``zeros`` (the positive at column 0) · ``ones`` (column 1) ·
+                        ``arange`` (query i told column i) · ``last`` (the newest queued key)
 ``reduction``           ``mean`` over the batch · ``sum``
 ``denominator``         ``all`` · ``negatives-only`` (the positive left out of the softmax's
                         denominator, with a non-empty queue)
+``extra``               ``none`` · ``queries`` (the batch's other queries appended as
+                        negatives, q·qᵀ with the query's own column hidden)
 ======================  ====================================================================
+
+Four more choices are numbers, fitted when no combination of the above explains every step
+(``None``: the reference's): ``queue_t`` and ``warmup_t``, the divisor of one branch's logits
+when it is not the T of the other (one branch divided by another temperature, or scaled by a
+constant); ``scale``, a constant the loss is multiplied by (divided by a count); ``newest``,
+how many of the newest queued keys serve as negatives when not all of them do.
 
 A form is fitted over all steps, and where it does not explain a step, per step
 (``loss_diagnosis``): a rule that changes with the queue (the mask only once the queue is
@@ -37,6 +48,10 @@ rest.
 The reference's form is computed by the reference (``contrastive_logits``,
 ``in_batch_logits``, ``info_nce_loss``); a mistaken form is the reference's computation with
 one input changed (T → 1/T, no ids, …) or one column replaced.
+
+Long on purpose: the forms, their gradient and the search that fits them (the choices one at
+a time, then T, then the numeric choices) share ``LossForm`` and one cached scorer; apart, the
+search would reach into the gradient's internals from another module.
 """
 
 from __future__ import annotations
@@ -73,8 +88,13 @@ class LossForm:
     labels: str = "zeros"
     reduction: str = "mean"
     denominator: str = "all"
+    extra: str = "none"
+    queue_t: float | None = None  # the queue branch's divisor, when not the given T
+    warmup_t: float | None = None  # the in-batch branch's divisor, when not the given T
+    scale: float | None = None  # the loss multiplied by this
+    newest: int | None = None  # only the newest this many queued keys are negatives
 
-    def differences(self) -> dict[str, str]:
+    def differences(self) -> dict[str, str | float | int]:
         """``{factor: value}`` for every choice that is not the reference's."""
         return {
             f.name: getattr(self, f.name)
@@ -86,7 +106,21 @@ class LossForm:
         changed = self.differences()
         if not changed:
             return "the reference loss"
-        return "; ".join(FORM_TEXT[(name, value)] for name, value in changed.items())
+        return "; ".join(FORM_TEXT[(name, value)] if name not in PARAMETER_TEXT
+                         else PARAMETER_TEXT[name](value) for name, value in changed.items())
+
+
+def divisor_text(value: float) -> str:
+    return f"{value:.4g}"
+
+
+PARAMETER_TEXT = {
+    "queue_t": lambda v: f"the queue branch's logits divided by {divisor_text(v)} instead of T",
+    "warmup_t": lambda v: f"the in-batch (warm-up) branch's logits divided by {divisor_text(v)} "
+                          "instead of T",
+    "scale": lambda v: f"the loss multiplied by {v:.4g} (divided by {1 / v:.4g})",
+    "newest": lambda v: f"only the newest {v} queued keys used as negatives",
+}
 
 
 REFERENCE_FORM = LossForm()
@@ -96,13 +130,14 @@ FORM_CHOICES: dict[str, tuple[str, ...]] = {
     "temperature": TEMPERATURE_RULES,
     "warmup_temperature": TEMPERATURE_RULES,
     "normalize": ("both", "q-raw", "k-raw"),
-    "mask": ("same-source", "none", "positive-too", "inverted", "fill-zero"),
+    "mask": ("same-source", "none", "positive-too", "inverted", "fill-zero", "rows-zero"),
     "negatives": ("before", "after", "with-current", "recomputed"),
     "empty_queue": ("in-batch", "in-batch-zero-labels", "positive-only"),
     "branch": ("by-queue", "in-batch"),
-    "labels": ("zeros", "ones"),
+    "labels": ("zeros", "ones", "arange", "last"),
     "reduction": ("mean", "sum"),
     "denominator": ("all", "negatives-only"),
+    "extra": ("none", "queries"),
 }
 FORM_TEXT: dict[tuple[str, str], str] = {
     ("temperature", "divide"): "logits divided by T",
@@ -126,6 +161,8 @@ FORM_TEXT: dict[tuple[str, str], str] = {
     ("mask", "inverted"): "the mask inverted: every other-source negative hidden and the "
                           "same-source ones kept (compared with != instead of ==)",
     ("mask", "fill-zero"): "same-source logits set to 0 instead of −∞ (e^0 still counts)",
+    ("mask", "rows-zero"): "same-source queue rows zeroed instead of their logits masked: a "
+                           "logit of 0 (e^0 still counts) for every query of the batch",
     ("negatives", "before"): "negatives from the queue before this batch",
     ("negatives", "after"): "the batch's own keys among the negatives (enqueued before the loss)",
     ("negatives", "with-current"): "the batch's own keys appended to the queue's negatives",
@@ -139,11 +176,17 @@ FORM_TEXT: dict[tuple[str, str], str] = {
                             "keys",
     ("labels", "zeros"): "labels zeros(B): the positive at column 0",
     ("labels", "ones"): "labels ones(B): column 1 (the oldest queued key) taken for the positive",
+    ("labels", "arange"): "labels arange(B) with the queue: query i told its positive is column "
+                          "i (a queued key for i > 0), not column 0",
+    ("labels", "last"): "labels pointing at the last column (the newest queued key), not at the "
+                        "positive in column 0",
     ("reduction", "mean"): "the loss averaged over the batch",
     ("reduction", "sum"): "the loss summed over the batch instead of averaged",
     ("denominator", "all"): "the positive in the softmax denominator",
     ("denominator", "negatives-only"): "the positive left out of the softmax denominator "
                                        "(−log e^(q·k⁺/T) / Σ_neg e^(q·n/T))",
+    ("extra", "none"): "only the queue's keys as negatives",
+    ("extra", "queries"): "the batch's other queries appended as extra negatives (q·qᵀ/T)",
 }
 
 
@@ -178,24 +221,37 @@ def form_logits(
     and ``negatives`` ``[n, d]``; an empty dictionary takes the ``empty_queue`` branch."""
     positive = (q * k).sum(dim=1, keepdim=True)  # [B, 1] undivided
     if negatives.shape[0] == 0 or form.branch == "in-batch":
-        return _in_batch_form(form, q, k, positive, ids, temperature)
+        t = temperature if form.warmup_t is None else form.warmup_t
+        return _in_batch_form(form, q, k, positive, ids, t)
+    if form.queue_t is not None:
+        temperature = form.queue_t
     rule = form.temperature
     if form.mask in ("same-source", "positive-too"):
         logits = contrastive_logits(q, k, negatives, negative_ids, ids, _divisor(rule, temperature))
     else:
         logits = contrastive_logits(q, k, negatives, None, None, _divisor(rule, temperature))
-    if form.mask in ("fill-zero", "inverted"):
+    if form.mask in ("fill-zero", "inverted", "rows-zero"):
         same = same_source_mask(ids, negative_ids)  # [B, n]
-        hidden, value = (same, 0.0) if form.mask == "fill-zero" else (~same, -math.inf)
+        if form.mask == "rows-zero":  # a row zeroed for one query is zero for all
+            same = same.any(dim=0, keepdim=True).expand_as(same)
+        hidden, value = (~same, -math.inf) if form.mask == "inverted" else (same, 0.0)
         logits = torch.cat([logits[:, :1], logits[:, 1:].masked_fill(hidden, value)], dim=1)
     if rule in ("positive-undivided", "negatives-undivided"):
         divided = positive if rule == "positive-undivided" else positive / temperature
         logits = torch.cat([divided, logits[:, 1:]], dim=1)
     if form.mask == "positive-too":
         logits = torch.cat([torch.full_like(positive, MASKED_POSITIVE), logits[:, 1:]], dim=1)
+    if form.extra == "queries":
+        others = (q @ q.T / _divisor(rule, temperature)).masked_fill(
+            torch.eye(len(q), dtype=torch.bool, device=q.device), -math.inf)
+        logits = torch.cat([logits, others], dim=1)
     labels = positive_labels(len(q), q.device)
     if form.labels == "ones":
         labels = labels + 1
+    elif form.labels == "arange":
+        labels = torch.arange(len(q), device=q.device)
+    elif form.labels == "last":
+        labels = labels + logits.shape[1] - 1
     return logits, labels
 
 
@@ -229,11 +285,13 @@ def form_gradient(
     if form.normalize != "k-raw":
         k = F.normalize(k, dim=1)
     keys, key_ids = step.negatives[form.negatives]
+    if form.newest is not None and form.newest < len(keys):
+        keys, key_ids = keys[len(keys) - form.newest:], key_ids[len(keys) - form.newest:]
     logits, labels = form_logits(
         form, q, k, keys.detach().to(torch.float64), key_ids, step.ids, temperature
     )
-    if int(labels.max()) >= logits.shape[1]:
-        return None  # labels of ones with a single column: no such loss
+    if int(labels.max()) >= logits.shape[1] or (form.labels == "last" and logits.shape[1] < 3):
+        return None  # labels past the last column: no such loss; with 2 columns last is ones
     if form.denominator == "negatives-only" and keys.shape[0] and form.branch != "in-batch":
         rows = torch.arange(len(logits))
         label_logit = logits[rows, labels]
@@ -243,6 +301,8 @@ def form_gradient(
         loss = info_nce_loss(logits, labels)
     if form.reduction == "sum":
         loss = loss * len(logits)
+    if form.scale is not None:
+        loss = loss * form.scale
     (grad,) = torch.autograd.grad(loss, z)
     return float(loss.detach()), grad
 
@@ -355,6 +415,8 @@ def _identify_loss_form(steps, temperature, tolerance, fit_temperature) -> FormF
             candidate = divided
             if scorer.score(candidate, t_fit, tolerance) > best_score:
                 best, fitted_t = candidate, t_fit
+    if fit_temperature and scorer.score(best, fitted_t, tolerance)[0] < len(steps):
+        best = _fit_parameters(scorer, best, fitted_t, tolerance)
     errors, losses = scorer.evaluate(best, fitted_t)
     return FormFit(
         form=best,
@@ -406,3 +468,87 @@ def _fit_temperature(scorer: _FormScorer, form: LossForm, tolerance: float) -> f
     best = round(math.exp((lo + hi) / 2.0), 12)
     errors, _ = scorer.evaluate(form, best)
     return best if all(e <= tolerance for e in errors) else None
+
+
+def _fit_parameters(scorer: _FormScorer, form: LossForm, temperature: float,
+                    tolerance: float) -> LossForm:
+    """``form`` with the numeric choice (one branch's divisor, a scale on the loss, the newest
+    n queued keys) that explains the most steps, when one explains more than ``form`` does."""
+    candidates = [_branch_temperatures(scorer, form, temperature, tolerance),
+                  _constant_scale(scorer, form, temperature),
+                  _newest_negatives(scorer, form, temperature, tolerance)]
+    best, best_score = form, scorer.score(form, temperature, tolerance)
+    for candidate in candidates:
+        if candidate is None:
+            continue
+        score = scorer.score(candidate, temperature, tolerance)
+        if score > best_score:
+            best, best_score = candidate, score
+    return best
+
+
+def _in_batch_step(form: LossForm, step: StepLossInputs) -> bool:
+    negatives = step.negatives.get(form.negatives)
+    return form.branch == "in-batch" or negatives is None or negatives[0].shape[0] == 0
+
+
+def _branch_temperatures(scorer: _FormScorer, form: LossForm, temperature: float,
+                         tolerance: float) -> LossForm | None:
+    """Each branch's divisor fitted on its own steps (a branch the given T explains keeps it)."""
+    divided = replace(form, temperature="divide", warmup_temperature="divide")
+    fitted = {}
+    for name, in_batch in (("queue_t", False), ("warmup_t", True)):
+        steps = [s for s in scorer.steps if _in_batch_step(divided, s) == in_batch]
+        if not steps:
+            continue
+        sub = _FormScorer(steps)
+        if sub.score(divided, temperature, tolerance)[0] == len(steps):
+            continue
+        t = _fit_temperature(sub, divided, tolerance)
+        if t is None:
+            return None
+        if not math.isclose(t, temperature, rel_tol=1e-3):
+            fitted[name] = float(f"{t:.4g}")
+    return replace(divided, **fitted) if fitted else None
+
+
+def _constant_scale(scorer: _FormScorer, form: LossForm, temperature: float) -> LossForm | None:
+    """``form`` times the one constant its gradient is off by at every step (least squares per
+    step, the same within 1% at all), or None."""
+    scales = []
+    for step in scorer.steps:
+        result = form_gradient(form, step, temperature)
+        if result is None or step.grad is None:
+            return None
+        expected, observed = result[1], step.grad.to(torch.float64)
+        norm = float((expected * expected).sum())
+        if norm <= 1e-24:
+            continue
+        scales.append(float((observed * expected).sum()) / norm)
+    if not scales or min(scales) <= 0:
+        return None
+    scale = sorted(scales)[len(scales) // 2]
+    if any(abs(s / scale - 1) > 0.01 for s in scales) or abs(scale - 1) <= 0.01:
+        return None
+    count = round(1 / scale)
+    if count >= 2 and abs(count * scale - 1) <= 1e-3:
+        scale = 1 / count
+    return replace(form, scale=float(f"{scale:.6g}"))
+
+
+def _newest_negatives(scorer: _FormScorer, form: LossForm, temperature: float,
+                      tolerance: float) -> LossForm | None:
+    """``form`` with only the newest n queued keys as negatives, n found at the first step
+    ``form`` does not explain (every n below what the queue holds there), or None."""
+    errors, _ = scorer.evaluate(form, temperature)
+    for step, error in zip(scorer.steps, errors):
+        if error <= tolerance or _in_batch_step(form, step):
+            continue
+        held = step.negatives[form.negatives][0].shape[0]
+        best = (math.inf, None)
+        for n in range(1, held):
+            result = form_gradient(replace(form, newest=n), step, temperature)
+            if result is not None:
+                best = min(best, (gradient_error(step.grad, result[1]), n), key=lambda p: p[0])
+        return replace(form, newest=best[1]) if best[0] <= tolerance else None
+    return None

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from moco_ref.core.contrastive import same_source_mask
 from moco_ref.judge.invariants.loss import (
     FORM_CHOICES,
+    PARAMETER_TEXT,
     REFERENCE_FORM,
     FormFit,
     LossForm,
@@ -148,7 +149,7 @@ def _simplest(step: StepLossInputs, form: LossForm, fit: FormFit, origins=None) 
     for origin in origins or (fit.form, REFERENCE_FORM):
         if origin == form:
             continue
-        for name in FORM_CHOICES:
+        for name in (*FORM_CHOICES, *PARAMETER_TEXT):
             simpler = replace(form, **{name: getattr(origin, name)})
             if simpler == form:
                 continue
