@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,22 +92,35 @@ def _try_in(root: Path, zip_path: Path, submission: Path, timeout: float, proble
     shutil.copy2(source / "run_autograder", script)
     script.chmod(EXECUTABLE)
     env = dict(os.environ, **{ROOT_VARIABLE: str(root), PYTHON_VARIABLE: sys.executable})
+    tried = run_and_validate([str(script)], root=root, env=env, timeout=timeout,
+                             results=results / "results.json", what="run_autograder",
+                             problems_of=problems_of)
+    (results / "stdout").write_text(tried.stdout + tried.stderr, encoding="utf-8")
+    return tried
+
+
+def run_and_validate(argv: list[str], *, root: Path, env: dict, timeout: float, results: Path,
+                     what: str, problems_of) -> TryResult:
+    """Run a platform's entry (``argv``, named ``what`` in the problems) in ``root`` within
+    ``timeout`` seconds, then read ``results`` and list what ``problems_of`` finds wrong with
+    it (shared by ``gradescope test`` and ``prairielearn test``)."""
+    started = time.monotonic()
     try:
-        done = subprocess.run([str(script)], cwd=root, env=env, capture_output=True, text=True,
+        done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
                               timeout=timeout, check=False)
         returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as exc:
         returncode, stdout = -1, _text(exc.stdout)
-        stderr = _text(exc.stderr) + f"\nrun_autograder ran out of {timeout:g} s"
-    (results / "stdout").write_text(stdout + stderr, encoding="utf-8")
-    path = results / "results.json"
-    if not path.is_file():
-        return TryResult(root, returncode, None, ["run_autograder wrote no results.json"],
+        stderr = _text(exc.stderr) + (f"\n{what} ran out of its {timeout:g} s (after "
+                                      f"{time.monotonic() - started:.0f} s)")
+    if not results.is_file():
+        return TryResult(root, returncode, None,
+                         [f"{what} wrote no {results.parent.name}/{results.name}"],
                          stdout, stderr)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(results.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        return TryResult(root, returncode, None, [f"results.json is not JSON: {exc}"],
+        return TryResult(root, returncode, None, [f"{results.name} is not JSON: {exc}"],
                          stdout, stderr)
     return TryResult(root, returncode, data, problems_of(data), stdout, stderr)
 

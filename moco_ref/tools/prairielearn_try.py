@@ -12,31 +12,18 @@ import base64
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from moco_ref.tools.autograder import PYTHON_VARIABLE, AutograderError
+from moco_ref.tools.autograder_try import TryResult, run_and_validate
 from moco_ref.tools.prairielearn import ENTRYPOINT_NAME, GRADE_ROOT_VARIABLE
 
 _EXECUTABLE = 0o755
 
 
-@dataclass
-class PLTry:
-    root: Path
-    returncode: int
-    data: dict | None
-    problems: list[str] = field(default_factory=list)
-    stdout: str = ""
-    stderr: str = ""
-
-    @property
-    def valid(self) -> bool:
-        return self.data is not None and not self.problems
+PLTry = TryResult  # the same outcome: what the entry did and what its results lack
 
 
 def _package_tests(outdir: Path) -> Path:
@@ -134,28 +121,8 @@ def _try_in(root: Path, tests_source: Path, submissions: list[Path], timeout: fl
         from moco_ref.sandbox.client import ISOLATION_VARIABLE
 
         env[ISOLATION_VARIABLE] = isolation
-    started = time.monotonic()
-    try:
-        done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
-        returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired as exc:
-        returncode, stdout = -1, _text(exc.stdout)
-        stderr = _text(exc.stderr) + (f"\nthe entrypoint ran out of the job's {timeout:g} s "
-                                      f"(after {time.monotonic() - started:.0f} s)")
-    path = root / "results" / "results.json"
-    if not path.is_file():
-        return PLTry(root, returncode, None, ["the entrypoint wrote no results/results.json"],
-                     stdout, stderr)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        return PLTry(root, returncode, None, [f"results.json is not JSON: {exc}"],
-                     stdout, stderr)
-    return PLTry(root, returncode, data, problems_of(data), stdout, stderr)
+    return run_and_validate(argv, root=root, env=env, timeout=timeout,
+                            results=root / "results" / "results.json", what="the entrypoint",
+                            problems_of=problems_of)
 
 
-def _text(value) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
