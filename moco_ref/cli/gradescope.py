@@ -133,23 +133,35 @@ def tried_outcome(tried, program: str, *, keep: bool) -> int:
     return EXIT_OK if tried.valid else EXIT_INVALID
 
 
-def run_run(args: argparse.Namespace) -> int:
+def graded_or_failed(grade, write_failure, root, rubric_owner: str):
+    """``grade()``'s ``RunResult``; or, when the bundled rubric is unusable or the grader
+    itself fails, the exit code after ``write_failure(root, seconds)`` has written the
+    platform's results all the same (the student's results say the grader failed; the staff
+    get the traceback on stderr)."""
     import time
     import traceback
 
     from moco_ref.judge.rubric import RubricError
-    from moco_ref.tools.autograder import grade_in_autograder, write_failure_results
 
     started = time.monotonic()
     try:
-        ran = grade_in_autograder(args.root, metadata=args.metadata)
+        return grade()
     except RubricError as exc:
-        write_failure_results(args.root, time.monotonic() - started)
-        return usage_error(f"the autograder's rubric: {exc}")
-    except Exception:  # noqa: BLE001 - Gradescope still gets results; the staff the traceback
+        write_failure(root, time.monotonic() - started)
+        return usage_error(f"the {rubric_owner} rubric: {exc}")
+    except Exception:  # noqa: BLE001 - the platform still gets results; the staff the traceback
         traceback.print_exc()
-        write_failure_results(args.root, time.monotonic() - started)
+        write_failure(root, time.monotonic() - started)
         return EXIT_INVALID
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from moco_ref.tools.autograder import grade_in_autograder, write_failure_results
+
+    ran = graded_or_failed(lambda: grade_in_autograder(args.root, metadata=args.metadata),
+                           write_failure_results, args.root, "autograder's")
+    if isinstance(ran, int):
+        return ran
     report = ran.report
     if ran.problem:
         print(f"moco-ref: error: {ran.problem}", file=sys.stderr)

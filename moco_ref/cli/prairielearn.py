@@ -125,22 +125,13 @@ def run_test(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    import time
-    import traceback
-
-    from moco_ref.judge.rubric import RubricError
+    from moco_ref.cli.gradescope import graded_or_failed
     from moco_ref.tools.prairielearn import grade_in_prairielearn, write_failure_results
 
-    started = time.monotonic()
-    try:
-        ran = grade_in_prairielearn(args.root, isolation=args.isolation)
-    except RubricError as exc:
-        write_failure_results(args.root, time.monotonic() - started)
-        return usage_error(f"the grader's rubric: {exc}")
-    except Exception:  # noqa: BLE001 - PrairieLearn still gets results; the staff the traceback
-        traceback.print_exc()
-        write_failure_results(args.root, time.monotonic() - started)
-        return EXIT_INVALID
+    ran = graded_or_failed(lambda: grade_in_prairielearn(args.root, isolation=args.isolation),
+                           write_failure_results, args.root, "grader's")
+    if isinstance(ran, int):
+        return ran
     if ran.problem:
         print(f"moco-ref: error: {ran.problem}", file=sys.stderr)
     data, report = ran.data, ran.report

@@ -145,22 +145,23 @@ def job_members(
     return {pid for pid in members if pid in table and table[pid].alive}
 
 
+def real_uid(pid: int) -> int | None:
+    """The real uid of ``pid`` (``/proc/PID/status``, readable whoever it belongs to), or
+    None when it cannot be read."""
+    try:
+        with open(os.path.join(PROC, str(pid), "status"), "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def processes_of_user(uid: int) -> set[int]:
     """Live processes whose real uid is ``uid`` (the confined rung's job uid is its own)."""
-    found = set()
-    for name in os.listdir(PROC):
-        if not name.isdigit():
-            continue
-        try:
-            with open(os.path.join(PROC, name, "status"), "rb") as handle:
-                for line in handle:
-                    if line.startswith(b"Uid:"):
-                        if int(line.split()[1]) == uid:
-                            found.add(int(name))
-                        break
-        except (OSError, ValueError, IndexError):
-            continue
-    return {pid for pid in found if alive(pid)}
+    return {int(name) for name in os.listdir(PROC)
+            if name.isdigit() and real_uid(int(name)) == uid and alive(int(name))}
 
 
 def kill_until_gone(

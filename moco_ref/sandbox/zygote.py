@@ -621,7 +621,8 @@ class JobWatch:
         self.cpu = max(self.cpu, cpu)
         self.add_run_queue(members)
         # (an exec makes a process unreadable for an instant: twice in a row is no accident)
-        hidden = {pid for pid in hidden if procs.alive(pid) and _real_uid(pid) == self.strict_uid}
+        hidden = {pid for pid in hidden
+                  if procs.alive(pid) and procs.real_uid(pid) == self.strict_uid}
         hidden_before, self._hidden = self._hidden, hidden
         if self.strict_uid is not None and hidden & hidden_before:
             self.exceeded = ("watch: a process of the job made itself unreadable to its "
@@ -764,17 +765,6 @@ def _job_user(confined: dict | None) -> int | None:
     if not confined:
         return None
     return int(confined["uid"]) if confined.get("uid") else os.geteuid()
-
-
-def _real_uid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"Uid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _confined_scratch(folder: str, confined: dict):

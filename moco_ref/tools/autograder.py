@@ -466,33 +466,38 @@ def grade_in_autograder(root=None, *, metadata=None) -> RunResult:
     be graded). ``metadata``: Gradescope's ``submission_metadata.json`` (``metadata_path``);
     a total that differs from the rubric's becomes a staff note (``RunResult.staff_notes``)."""
     from moco_ref.report.lms import gradescope_results
-    from moco_ref.report.text import dumps_strict
 
     root = autograder_root(root)
-    results = root / "results"
-    results.mkdir(parents=True, exist_ok=True)
     folder = root / "submission"
     config, rubric = read_config(root)
     notes = [note for note in (total_points_note(rubric, metadata_path(root, metadata)),)
              if note]
     report, problem = grade_folder(folder, config, rubric)
     data = gradescope_results(report, rubric=rubric, submission_root=folder.absolute())
-    path = results / "results.json"
+    return RunResult(report, write_results(root, data), data, problem, notes)
+
+
+def grader_failure_report(seconds: float = 0.0) -> SubmissionReport:
+    """The report of a run in which the grader itself failed: not gradable, and what the
+    student reads says so (the traceback goes to the staff's log, not to the student)."""
+    return SubmissionReport("submission", "unknown", gradable=False, wall_seconds=seconds,
+                            traceback="The autograder failed while grading this submission; "
+                                      "please tell the course staff.")
+
+
+def write_results(root: Path, data: dict) -> Path:
+    """``data`` as the platform's ``results/results.json`` under ``root``."""
+    from moco_ref.report.text import dumps_strict
+
+    path = root / "results" / "results.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps_strict(data), encoding="utf-8")
-    return RunResult(report, path, data, problem, notes)
+    return path
 
 
 def write_failure_results(root=None, seconds: float = 0.0) -> Path:
-    """A valid results.json saying that the autograder itself failed (its traceback goes to
-    the staff's log, not to the student)."""
+    """A valid results.json saying that the autograder itself failed."""
     from moco_ref.report.lms import gradescope_results
-    from moco_ref.report.text import dumps_strict
 
-    root = autograder_root(root)
-    report = SubmissionReport("submission", "unknown", gradable=False, wall_seconds=seconds,
-                              traceback="The autograder failed while grading this submission; "
-                                        "please tell the course staff.")
-    path = root / "results" / "results.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps_strict(gradescope_results(report)), encoding="utf-8")
-    return path
+    return write_results(autograder_root(root), gradescope_results(
+        grader_failure_report(seconds)))

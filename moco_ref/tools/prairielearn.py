@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moco_ref import __version__
-from moco_ref.judge.results import SubmissionReport
 from moco_ref.judge.rubric import Rubric
 from moco_ref.probe.options import GradeOptions
 from moco_ref.tools.autograder import (
@@ -48,8 +47,10 @@ from moco_ref.tools.autograder import (
     checked_choices,
     course_rubric,
     grade_folder,
+    grader_failure_report,
     read_config_in,
     torch_requirement,
+    write_results,
 )
 
 GRADE_ROOT_VARIABLE = "MOCO_REF_GRADE_ROOT"
@@ -247,32 +248,20 @@ def grade_in_prairielearn(root=None, *, isolation: str | None = None) -> RunResu
     could be graded). ``RubricError`` when the bundled rubric is unusable (the caller writes
     ``write_failure_results``)."""
     from moco_ref.report.lms import prairielearn_results
-    from moco_ref.report.text import dumps_strict
 
     root = grade_root(root)
-    results = root / "results"
-    results.mkdir(parents=True, exist_ok=True)
     folder = root / "student"
     config, rubric = read_config_in(root / "tests")
     report, problem = grade_folder(folder, config, rubric, isolation=isolation)
     data = prairielearn_results(report, rubric, submission_root=folder.absolute(),
                                 draw_figures=True)  # none without matplotlib
-    path = results / "results.json"
-    path.write_text(dumps_strict(data), encoding="utf-8")
-    return RunResult(report, path, data, problem)
+    return RunResult(report, write_results(root, data), data, problem)
 
 
 def write_failure_results(root=None, seconds: float = 0.0) -> Path:
     """A valid results.json saying that the grader itself failed (not gradable, so the
-    student loses no attempt; the traceback goes to the job's log)."""
+    student loses no attempt)."""
     from moco_ref.report.lms import prairielearn_results
-    from moco_ref.report.text import dumps_strict
 
-    root = grade_root(root)
-    report = SubmissionReport("submission", "unknown", gradable=False, wall_seconds=seconds,
-                              traceback="The autograder failed while grading this submission; "
-                                        "please tell the course staff.")
-    path = root / "results" / "results.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps_strict(prairielearn_results(report)), encoding="utf-8")
-    return path
+    return write_results(grade_root(root), prairielearn_results(
+        grader_failure_report(seconds)))
