@@ -141,7 +141,7 @@ def explain_isolation(isolation: str | None = None) -> dict:
     warmup = record.get("observations", {}).get("moco_warmup", {})
     inside = ((warmup.get("result") or {}).get("doctor")) if isinstance(warmup, dict) else None
     zygote = current_zygote(isolation=isolation)
-    return {"rung": zygote.rung, "job uids": bool(getattr(zygote, "job_ids", False)),
+    return {"rung": zygote.rung, "jobs as root": zygote.jobs_as_root,
             "isolation": isolation_description(isolation),
             "not protected": not_protected(isolation),
             "host uid": zygote.host_user(), "inside": inside,
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     found = explain_isolation(args.isolation)
     found["seccomp refuses"] = refused_calls(
-        Tightening(tcp=True, file_metadata=os.geteuid() == 0 and not found["job uids"])
+        Tightening(tcp=True, file_metadata=found["jobs as root"])
         if found["rung"] == "confined"
         else None)
     if args.json:

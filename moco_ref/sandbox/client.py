@@ -125,7 +125,7 @@ def not_protected(isolation: str | None = None) -> str:
 
     root = ("; jobs run as uid 0 without capabilities (the Python installation is not "
             "readable by other users), so root's process limit is not enforced (the job's "
-            "watch counts every 0.1 s)" if os.geteuid() == 0 and not zygote.job_ids else "")
+            "watch counts every 0.1 s)" if zygote.jobs_as_root else "")
     gaps = landlock.missing(landlock.abi())
     return NOT_PROTECTED["confined"].format(
         root=root, abi=("; " + ", ".join(gaps)) if gaps else "")
@@ -277,10 +277,16 @@ class Zygote:
         words = self.hello.get("isolation", "")
         if self.rung == "confined":
             uid = "an unprivileged uid of its own per job" if self.job_ids else \
-                "uid 0 without capabilities" if os.geteuid() == 0 else \
+                "uid 0 without capabilities" if self.jobs_as_root else \
                 f"the grader's uid {os.geteuid()}"
             words = words.replace("{user}", uid)
         return words
+
+    @property
+    def jobs_as_root(self) -> bool:
+        """A confined rung whose jobs stay uid 0 without capabilities: the grader is root but
+        its Python installation is not readable by other users, so no job uid can run it."""
+        return self.rung == "confined" and os.geteuid() == 0 and not self.job_ids
 
     def spawn(self, request: dict, fds: list[int], events: queue.Queue) -> JobHandle:
         from moco_ref.sandbox.zygote import send
@@ -378,7 +384,7 @@ class Zygote:
             return (f"{JOB_IDS.start}-{JOB_IDS.stop - 1}, one per job (unprivileged, named by "
                     "no account)" if self.job_ids else
                     f"{os.getuid()} (the grader's own, without capabilities: the Python "
-                    "installation is not readable by other users)" if os.getuid() == 0 else
+                    "installation is not readable by other users)" if self.jobs_as_root else
                     f"{os.getuid()} (the grader's own, which is not root)")
         if not self.sandboxed:
             return f"{os.getuid()} (the grader's own: no sandbox)"

@@ -142,26 +142,48 @@ def program(tightening: Tightening | None = None) -> bytes:
     refused = dict(REFUSED_X86_64)
     if tightening and tightening.file_metadata:
         refused.update(FILE_METADATA_X86_64)
-    for number in sorted(refused.values()):
-        code += [_statement(BPF_JEQ_K, number, 0, 1), _statement(BPF_RET_K, deny)]
+    code += refusing(refused.values(), deny)
     if tightening:
         code += _tightened(tightening, deny)
-    code += [_statement(BPF_JEQ_K, CLONE3_X86_64, 0, 1),
-             _statement(BPF_RET_K, SECCOMP_RET_ERRNO | errno.ENOSYS)]
-    # clone(flags, …): refuse any namespace flag (the low 32 bits hold them all)
-    code += [_statement(BPF_JEQ_K, CLONE_X86_64, 0, 4),
-             _statement(BPF_LD_W_ABS, _ARG0_LOW),
-             _statement(BPF_JSET_K, CLONE_NEW_FLAGS, 0, 1),
-             _statement(BPF_RET_K, deny),
-             _statement(BPF_RET_K, SECCOMP_RET_ALLOW)]
+    code += namespace_clones(deny)
     # ioctl(fd, TIOCSTI, …)
     code += [_statement(BPF_JEQ_K, IOCTL_X86_64, 0, 4),
              _statement(BPF_LD_W_ABS, _ARG1_LOW),
              _statement(BPF_JEQ_K, TIOCSTI, 0, 1),
              _statement(BPF_RET_K, deny),
              _statement(BPF_RET_K, SECCOMP_RET_ALLOW)]
-    code.append(_statement(BPF_RET_K, SECCOMP_RET_ALLOW))
+    code += allow_the_rest()
     return b"".join(code)
+
+
+def load_call_number() -> list[bytes]:
+    """The statement that loads the call's number (what ``refusing`` compares)."""
+    return [_statement(BPF_LD_W_ABS, _NR)]
+
+
+def refusing(numbers, deny: int) -> list[bytes]:
+    """Each call of ``numbers`` answered ``deny``, the call's number loaded."""
+    code = []
+    for number in sorted(numbers):
+        code += [_statement(BPF_JEQ_K, number, 0, 1), _statement(BPF_RET_K, deny)]
+    return code
+
+
+def namespace_clones(deny: int) -> list[bytes]:
+    """``clone3`` answered ``ENOSYS`` (its flags sit in memory a filter cannot read; libc then
+    falls back to ``clone``) and ``clone`` with any ``CLONE_NEW*`` flag answered ``deny``
+    (the low 32 bits of its first argument hold them all), the call's number loaded."""
+    return [_statement(BPF_JEQ_K, CLONE3_X86_64, 0, 1),
+            _statement(BPF_RET_K, SECCOMP_RET_ERRNO | errno.ENOSYS),
+            _statement(BPF_JEQ_K, CLONE_X86_64, 0, 4),
+            _statement(BPF_LD_W_ABS, _ARG0_LOW),
+            _statement(BPF_JSET_K, CLONE_NEW_FLAGS, 0, 1),
+            _statement(BPF_RET_K, deny),
+            _statement(BPF_RET_K, SECCOMP_RET_ALLOW)]
+
+
+def allow_the_rest() -> list[bytes]:
+    return [_statement(BPF_RET_K, SECCOMP_RET_ALLOW)]
 
 
 def _tightened(tightening: Tightening, deny: int) -> list[bytes]:
@@ -191,10 +213,14 @@ def install(tightening: Tightening | None = None) -> None:
     reason = available()
     if reason:
         raise OSError(errno.ENOSYS, reason)
-    libc = c_library()
-    check_call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    code = program(tightening)
+    check_call(c_library().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    load(program(tightening))
+
+
+def load(code: bytes) -> None:
+    """Install the filter ``code`` for this process and everything it starts (the caller has
+    ``no_new_privs`` or ``CAP_SYS_ADMIN``). Raises ``OSError`` when the kernel refuses."""
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    check_call(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0),
-               "seccomp")
+    check_call(c_library().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog),
+                                 0, 0), "seccomp")

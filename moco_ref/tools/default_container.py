@@ -50,19 +50,8 @@ PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 def docker_filter() -> bytes:
     """The seccomp program of step 2, as ``struct sock_filter`` entries."""
     deny = filters.SECCOMP_RET_ERRNO | errno.EPERM
-    s = filters._statement
-    code = [s(filters.BPF_LD_W_ABS, filters._NR)]
-    for number in sorted(REFUSED.values()):
-        code += [s(filters.BPF_JEQ_K, number, 0, 1), s(filters.BPF_RET_K, deny)]
-    code += [s(filters.BPF_JEQ_K, filters.CLONE3_X86_64, 0, 1),
-             s(filters.BPF_RET_K, filters.SECCOMP_RET_ERRNO | errno.ENOSYS),
-             s(filters.BPF_JEQ_K, filters.CLONE_X86_64, 0, 4),
-             s(filters.BPF_LD_W_ABS, filters._ARG0_LOW),
-             s(filters.BPF_JSET_K, filters.CLONE_NEW_FLAGS, 0, 1),
-             s(filters.BPF_RET_K, deny),
-             s(filters.BPF_RET_K, filters.SECCOMP_RET_ALLOW),
-             s(filters.BPF_RET_K, filters.SECCOMP_RET_ALLOW)]
-    return b"".join(code)
+    return b"".join(filters.load_call_number() + filters.refusing(REFUSED.values(), deny)
+                    + filters.namespace_clones(deny) + filters.allow_the_rest())
 
 
 def _open_python_installation() -> None:
@@ -112,11 +101,7 @@ def enter(*, home_closed: bool = False) -> None:
     check_call(libc.mount(b"none", b"/", None, 0x4000 | (1 << 18), None), "make / private")
     if not home_closed:
         _open_python_installation()
-    code = docker_filter()
-    buffer = ctypes.create_string_buffer(code, len(code))
-    fprog = filters._SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    check_call(libc.prctl(filters.PR_SET_SECCOMP, filters.SECCOMP_MODE_FILTER,
-                          ctypes.addressof(fprog), 0, 0), "seccomp")
+    filters.load(docker_filter())  # as root with CAP_SYS_ADMIN: no no_new_privs needed
     _limit_capabilities()
 
 
