@@ -12,7 +12,7 @@ session runs in this process. The warm grading process started by the first self
 kept for the next ones (``sandbox.client.zygote_for``), so a second check in the same kernel
 answers in about the time the judging takes.
 
-Only what the course's rubric shows now is shown (``Rubric.visibility_of`` ``visible``): no
+Only what the course's rubric shows now is shown (``Rubric.shown_now``): no
 other check's name, points or outcome, no inferred setting, and a score over the checks
 shown. In Jupyter (JupyterHub, Colab) the summary table and the full feedback page are shown
 inline (``IPython.display``; the page in a sandboxed ``iframe``); elsewhere plain text, the
@@ -209,10 +209,9 @@ def student_view(report: SubmissionReport, rubric) -> SelfCheckReport:
     settings (which can name a withheld check's bug) are left out when any is withheld."""
     from moco_ref.judge.results import Status
 
-    withheld = [r.check_id for r in report.results
-                if rubric.visibility_of(r.check_id) != "visible"]
+    withheld = [r.check_id for r in report.results if not rubric.shown_now(r.check_id)]
     results = [_without(r, withheld) for r in report.results
-               if rubric.visibility_of(r.check_id) == "visible"]
+               if r.check_id not in withheld]
     counted = sum(1 for r in report.results if r.check_id in withheld
                   and r.status is not Status.NOT_APPLICABLE)
     data = {f.name: getattr(report, f.name) for f in fields(SubmissionReport)}
@@ -251,8 +250,7 @@ def visible_rows(report, rubric) -> list[tuple[str, str, str, str]]:
 
     rows = []
     for result in report.results:
-        if result.status is Status.NOT_APPLICABLE or rubric.visibility_of(
-                result.check_id) != "visible":
+        if result.status is Status.NOT_APPLICABLE or not rubric.shown_now(result.check_id):
             continue
         reason = "" if result.status is Status.PASSED else reason_line(result, 120)
         rows.append((result.check_id, f"{points_str(result.points)}/"
