@@ -70,7 +70,7 @@ def run_build(args: argparse.Namespace) -> int:
                                  timeout=args.timeout, wheel=args.wheel)
     except AutograderError as exc:
         return usage_error(str(exc))
-    from moco_ref.tools.autograder import RUN_NEEDS
+    from moco_ref.tools.run_needs import RUN_NEEDS
 
     print(f"wrote {built.path} ({', '.join(built.members)})")
     fits = RUN_NEEDS.container_mb <= GRADESCOPE_DEFAULT_MB

@@ -74,8 +74,9 @@ def add_parser(subparsers) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from moco_ref.tools.autograder import RUN_NEEDS, AutograderError
+    from moco_ref.tools.autograder import AutograderError
     from moco_ref.tools.prairielearn import DEFAULT_FILE_NAME, DEFAULT_IMAGE, build_prairielearn
+    from moco_ref.tools.run_needs import RUN_NEEDS
 
     try:
         built = build_prairielearn(args.outdir, rubric_path=args.rubric, style=args.style,

@@ -9,10 +9,10 @@ version of moco-ref). Everything lives under ``/autograder`` — or under
 ``$MOCO_REF_AUTOGRADER_ROOT``, which is how ``autograder_try.try_autograder`` runs it in a
 temporary tree.
 
-What grading one submission needs (``RUN_NEEDS``: memory and seconds, measured) is stated by
-the build; when Gradescope's ``submission_metadata.json`` is there, a rubric total other than
-the assignment's ``total_points`` is told to the staff (the run's stderr), never in
-``results.json``. The PrairieLearn package (``moco_ref.tools.prairielearn``) reuses the
+What grading one submission needs (``run_needs.RUN_NEEDS``: memory and seconds, measured)
+is stated by the build; when Gradescope's ``submission_metadata.json`` is there, a rubric
+total other than the assignment's ``total_points`` is told to the staff (the run's stderr),
+never in ``results.json``. The PrairieLearn package (``moco_ref.tools.prairielearn``) reuses the
 wheel, the rubric file, the submission finder and the grading core of this module.
 """
 
@@ -38,6 +38,7 @@ from moco_ref.judge.registry import FAMILIES
 from moco_ref.judge.results import SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_FAMILY_WEIGHTS, DEFAULT_RUBRIC, Rubric, load_rubric
 from moco_ref.probe.options import STYLES, GradeOptions
+from moco_ref.tools.run_needs import RUN_NEEDS
 
 ROOT_VARIABLE = "MOCO_REF_AUTOGRADER_ROOT"
 METADATA_VARIABLE = "MOCO_REF_SUBMISSION_METADATA"  # Gradescope's metadata file (tests)
@@ -55,48 +56,6 @@ _SKIPPED_FILES = {"setup.py", "conftest.py"}
 
 class AutograderError(ValueError):
     """Input the autograder commands cannot use, said in one line (exit 2)."""
-
-
-@dataclass(frozen=True)
-class RunNeeds:
-    """What grading one submission needs, measured once (a constant, not a live figure)."""
-
-    peak_mb: int  # peak memory: PSS summed over grader, warm process and job
-    max_rss_mb: int  # the largest single process's peak RSS (``/usr/bin/time -v``)
-    seconds: int  # wall clock of one whole run of a correct submission, start-up included
-    how: str
-
-    @property
-    def container_mb(self) -> int:
-        """The memory to give the platform's container: the peak and a quarter, rounded up."""
-        return _rounded_up(self.peak_mb * 1.25, 256)
-
-    def text(self) -> str:
-        """What one run needs, in one line for the staff who size the platform's container."""
-        return (f"about {self.peak_mb} MB of memory at its peak and about {self.seconds} s "
-                f"per submission ({self.how}); give the container at least "
-                f"{self.container_mb} MB")
-
-    def as_dict(self) -> dict:
-        return {"peak_memory_mb": self.peak_mb, "max_rss_mb": self.max_rss_mb,
-                "seconds": self.seconds, "measured": self.how}
-
-
-def _rounded_up(value: float, step: int) -> int:
-    return int(-(-value // step) * step)
-
-
-# Measured on 2 cores with CPU torch (as setup.sh installs it): `/usr/bin/time -v moco-ref
-# grade examples/submissions/correct_lab_order.py` (max RSS 297 MB, 4.7 s) and the PSS of the
-# whole process tree sampled every 50 ms (`python benchmarks/memory_peak.py -- python -m
-# moco_ref.cli grade …`: 446-501 MB). The package registry's default torch wheel (CUDA
-# libraries) needs about 840 MB: the autograder never installs it. Measure again when
-# grading's memory changes.
-RUN_NEEDS = RunNeeds(
-    peak_mb=500, max_rss_mb=297, seconds=6,
-    how="measured on 2 cores with CPU torch, as the autograder installs it: moco-ref grade "
-        "examples/submissions/correct_lab_order.py, PSS summed over the grader, its warm "
-        "process and the job")
 
 
 # --------------------------------------------------------------------------- the scripts

@@ -40,7 +40,6 @@ from moco_ref.probe.options import GradeOptions
 from moco_ref.tools.autograder import (
     CONFIG_NAME,
     RUBRIC_NAME,
-    RUN_NEEDS,
     AutograderError,
     RunResult,
     bundled_wheel,
@@ -52,6 +51,7 @@ from moco_ref.tools.autograder import (
     torch_requirement,
     write_results,
 )
+from moco_ref.tools.run_needs import RUN_NEEDS
 
 GRADE_ROOT_VARIABLE = "MOCO_REF_GRADE_ROOT"
 DEFAULT_GRADE_ROOT = "/grade"

@@ -28,12 +28,12 @@ from moco_ref.report.lms import (
 )
 from moco_ref.tools.autograder import (
     CONFIG_NAME,
-    RUN_NEEDS,
     NoSubmission,
     find_submission,
     grade_in_autograder,
     rubric_toml,
 )
+from moco_ref.tools.run_needs import RUN_NEEDS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "submissions"
 CUSTOM_RUBRIC = """\

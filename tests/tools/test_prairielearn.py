@@ -19,8 +19,9 @@ from moco_ref.cli.main import main
 from moco_ref.judge.rubric import DEFAULT_RUBRIC, load_rubric
 from moco_ref.probe.options import GradeOptions
 from moco_ref.report.lms import prairielearn_problems, prairielearn_schema
-from moco_ref.tools.autograder import CONFIG_NAME, RUN_NEEDS
+from moco_ref.tools.autograder import CONFIG_NAME
 from moco_ref.tools.prairielearn import ENTRYPOINT, PL_MAX_TIMEOUT
+from moco_ref.tools.run_needs import RUN_NEEDS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "submissions"
 WHEEL = f"moco_ref-{__version__}-py3-none-any.whl"
