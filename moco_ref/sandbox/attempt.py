@@ -243,32 +243,23 @@ def starvation(wall_seconds: float, cpu_seconds, run_queue_seconds) -> str:
             "for a CPU")
 
 
-def autogroup_enabled() -> bool:
-    """Whether the kernel groups each session for the scheduler
-    (``/proc/sys/kernel/sched_autogroup_enabled``)."""
-    try:
-        with open("/proc/sys/kernel/sched_autogroup_enabled", "rb") as handle:
-            return handle.read().strip() == b"1"
-    except OSError:
-        return False
-
-
 class CpuShares:
-    """A fair CPU share for concurrent jobs: while no more jobs run than there are CPUs, each
-    job (and every process and thread it starts, which inherit it) runs on a CPU of its own,
-    so a job that spawns threads slows only itself, never a classmate graded beside it.
+    """A fair CPU share for concurrent jobs: while no more jobs run than there are CPUs, each job
+    (and every process and thread it starts, which inherit it) runs on a CPU of its own, so
+    a job that spawns threads slows only itself, never a classmate graded beside it.
 
     Beyond that many jobs (``-j`` above the CPU count) a job is not pinned, and its weight
     comes from the scheduler's autogroups: every job's supervisor starts a session of its
     own (``os.setsid``), and with ``/proc/sys/kernel/sched_autogroup_enabled`` = 1 (the
-    default of most distributions' kernels, ``autogroup_enabled``) each session is one
-    scheduling group, and the groups share a CPU equally whatever their thread counts — a
-    job of 8 busy threads and one of 1 get half each, not 8/9 and 1/9. With autogroup off,
-    nothing weighs jobs beyond this affinity: the scheduler then shares by thread, and
-    ``nice`` cannot make up for it (threads inherit their creator's nice value, so a job's
-    weight still grows with its thread count), nor can a cgroup, which the grader may not
-    create. What remains is ``starvation``: a job starved that way until its time ran out is
-    the grader's trouble, graded again alone, never charged to the student."""
+    default of most distributions' kernels) each session is one scheduling group, and the
+    groups share a CPU equally whatever their thread counts — a job of 8 busy threads and
+    one of 1 get half each, not 8/9 and 1/9. With autogroup off, or the grader inside a CPU
+    cgroup (as in most containers, where the kernel ignores autogroups), nothing weighs jobs
+    beyond this affinity: the scheduler then shares by thread, and ``nice`` cannot make up
+    for it (threads inherit their creator's nice value, so a job's weight still grows with
+    its thread count), nor can a cgroup, which the grader may not create. What remains is
+    ``starvation``: a job starved that way until its time ran out is the grader's trouble,
+    graded again alone, never charged to the student."""
 
     def __init__(self, cpus=None) -> None:
         self.cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
