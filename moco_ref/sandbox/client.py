@@ -36,6 +36,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import moco_ref
@@ -408,6 +409,7 @@ _ZYGOTES: dict[tuple, Zygote] = {}
 _HOST_IDS_TAKEN: set[int] = set()  # host uids of this process's live sandboxes
 _HOST_IDS_LOCK = threading.Lock()
 _ZYGOTES_LOCK = threading.Lock()
+_STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="moco-ref-zygote-starter")
 MAX_ZYGOTES = 3  # e.g. the real harness, a test stand-in, a pytester run
 
 
@@ -415,8 +417,10 @@ def zygote_for(env: dict, *, rung: str = "processes", reference: bool = False,
                wait: bool = True) -> Zygote:
     """The live zygote of ``rung`` started with ``env`` (one is started if needed), with the
     reference in its view when ``reference``; with ``wait`` its hello has arrived
-    (``IsolationUnavailable`` when the rung cannot run). Start it from the thread that
-    outlives it: bwrap's ``--die-with-parent`` follows the thread that started it."""
+    (``IsolationUnavailable`` when the rung cannot run). It is started by one thread that
+    lives as long as the grader (``_STARTER``), whichever thread first needs it: bwrap's
+    ``--die-with-parent`` follows the thread that forked it, and a grading pool's thread
+    ends with its pool, which would take the zygote with it."""
     key = (rung, reference, *sorted(env.items()))
     with _ZYGOTES_LOCK:
         zygote = _ZYGOTES.pop(key, None)
@@ -426,7 +430,7 @@ def zygote_for(env: dict, *, rung: str = "processes", reference: bool = False,
         if zygote is None:
             while len(_ZYGOTES) >= MAX_ZYGOTES:  # the least recently used goes
                 _ZYGOTES.pop(next(iter(_ZYGOTES))).close()
-            zygote = Zygote(env, rung=rung, reference=reference)
+            zygote = _STARTER.submit(Zygote, env, rung=rung, reference=reference).result()
         _ZYGOTES[key] = zygote  # most recently used last
     if wait:
         zygote.hello  # noqa: B018

@@ -95,3 +95,20 @@ def test_grading_is_refused_naming_every_rung_when_none_can_start(tmp_path, monk
     assert "no rung of the isolation ladder can start here" in err
     assert "bwrap: " in err and "No permissions to create a new namespace" in err
     assert "confined: " in err and "Landlock is not available here" in err
+
+
+def test_a_sandbox_first_needed_by_a_short_lived_thread_outlives_that_thread(no_zygotes):
+    """A grading pool's thread may be the first to need the sandbox (or the first after one
+    died); the pool's threads end with the pool, and bwrap's ``--die-with-parent`` follows
+    the thread that forked it, so the sandbox must be started by a thread that lasts."""
+    import threading
+    import time
+
+    started = []
+    first = threading.Thread(target=lambda: started.append(client.current_zygote()))
+    first.start()
+    first.join()
+    time.sleep(1.0)  # a parent-death signal would have arrived by now
+    zygote = started[0]
+    assert zygote.process.poll() is None, "the sandbox died with the thread that needed it"
+    assert client.current_zygote() is zygote  # the same one, still in use
