@@ -54,6 +54,26 @@ from moco_ref.probe.cases import LabProbe
 from moco_ref.probe.options import GradeOptions
 
 MATCH_ATOL = 1e-5  # a queue entry is a copy of a recorded vector within this max-abs distance
+# What a queue may store of each arrival; all but "query" are the key, normalized or not as
+# I8 judges ("rescaled key": normalized with another norm than L2, "batch-normalized key":
+# each feature normalized over the batch, dim=0, instead of each key over its features).
+STORED_KINDS = ("key", "query", "raw key", "rescaled key", "batch-normalized key")
+NORMS_NAMED = (1.0, 3.0, 4.0, float("inf"))  # the other p a key may have been normalized with
+
+
+def _normalized_p(rows: torch.Tensor, p: float) -> torch.Tensor:
+    """``rows`` ``[n, d]`` each divided by its p-norm."""
+    return rows / torch.linalg.vector_norm(rows, ord=p, dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def _unit_norm_p(entries: torch.Tensor) -> float | None:
+    """The p of ``NORMS_NAMED`` for which every row of ``entries`` ``[n, d]`` has norm 1 (None:
+    no such p; the entries are the keys at some other length)."""
+    for p in NORMS_NAMED:
+        norms = torch.linalg.vector_norm(entries, ord=p, dim=1)
+        if bool(((norms - 1.0).abs() < 1e-4).all()):
+            return p
+    return None
 
 
 @dataclass
@@ -104,6 +124,7 @@ class QueueAnalysis:
     stored_kind: str  # what the queue stores: "key", "query", "raw key"
     arrival_ids: list[torch.Tensor]  # [B_t] per step
     arrival_positions: list[torch.Tensor]  # [B_t] per step
+    norm_p: float | None = None  # "rescaled key": the p whose norm each entry has as 1
 
     def contents(self, rule: str | None, labels: list[torch.Tensor], steps: int) -> torch.Tensor:
         """Labels held after ``steps`` enqueues under ``rule`` (FIFO when unknown)."""
@@ -468,6 +489,8 @@ class LabEvidence:
             ("key", normal_k),
             ("query", [F.normalize(s.z.to(torch.float64), dim=1) for s in steps]),
             ("raw key", [s.k.to(torch.float64) for s in steps]),
+            ("batch-normalized key", [F.normalize(s.k.to(torch.float64), dim=0)
+                                      for s in steps]),
         ):
             for t, block in enumerate(rows):
                 tables.append(block)
@@ -487,6 +510,17 @@ class LabEvidence:
         candidates = torch.cat(tables) if tables else torch.empty(0, d, dtype=torch.float64)
         index, _ = match_rows(keys, candidates, atol=MATCH_ATOL)
         kinds = [labels[i][0] if i >= 0 else "unknown" for i in index.tolist()]
+        # keys normalized with another norm point as the key does: the first ``total``
+        # candidates are the normalized keys
+        unknown = [j for j, kind in enumerate(kinds) if kind == "unknown"]
+        if unknown and total:
+            along, _ = match_rows(F.normalize(keys[unknown], dim=1), candidates[:total],
+                                  atol=MATCH_ATOL)
+            for j, i in zip(unknown, along.tolist()):
+                if i >= 0 and abs(float(keys[j].norm()) - 1.0) > 1e-3:
+                    index[j], kinds[j] = i, "rescaled key"
+        rescaled = [j for j, kind in enumerate(kinds) if kind == "rescaled key"]
+        norm_p = _unit_norm_p(keys[rescaled]) if rescaled else None
         positions = torch.tensor([labels[i][1] if i >= 0 else -1 for i in index.tolist()],
                                  dtype=torch.int64)
         step_row = {}
@@ -506,8 +540,8 @@ class LabEvidence:
                 id_rule = "with-keys"
             else:
                 id_rule = identify_queue_rule(ids, arrival_ids, rule_capacity)
-        counted = [k for k in kinds if k in ("key", "query", "raw key")]
-        stored = max(("key", "query", "raw key"), key=counted.count) if counted else "key"
+        counted = [k for k in kinds if k in STORED_KINDS]
+        stored = max(STORED_KINDS, key=counted.count) if counted else "key"
         return QueueAnalysis(
             keys=keys,
             ids=ids,
@@ -522,6 +556,7 @@ class LabEvidence:
             stored_kind=stored,
             arrival_ids=arrival_ids,
             arrival_positions=positions_per_step,
+            norm_p=norm_p,
         )
 
     def require_entries(self, what: str) -> QueueAnalysis:
@@ -557,6 +592,10 @@ class LabEvidence:
                 rows.append(F.normalize(s.z.to(torch.float64), dim=1))
             elif kind == "raw key":
                 rows.append(s.k.to(torch.float64))
+            elif kind == "batch-normalized key":
+                rows.append(F.normalize(s.k.to(torch.float64), dim=0))
+            elif kind == "rescaled key" and self.queue.norm_p is not None:
+                rows.append(_normalized_p(s.k.to(torch.float64), self.queue.norm_p))
             else:
                 rows.append(F.normalize(s.k.to(torch.float64), dim=1))
         return torch.cat(rows)

@@ -23,10 +23,11 @@ from moco_ref.judge.checks.common import (
 )
 from moco_ref.judge.components_evidence import ComponentsEvidence
 from moco_ref.judge.invariants.buffer import CHANGED, KEPT, UNKNOWN
-from moco_ref.judge.lab_evidence import LabEvidence
+from moco_ref.judge.lab_evidence import STORED_KINDS, LabEvidence
 from moco_ref.judge.registry import check
 from moco_ref.probe.cases import QueueCase
 
+KEY_KINDS = tuple(kind for kind in STORED_KINDS if kind != "query")
 _KIND_TEXT = {
     "query": ("the queue holds queries, not keys",
               "the key k produced by the key encoder", "the query q of the same view batch"),
@@ -80,8 +81,8 @@ def i2_entries_are_arrival_keys_lab(ev: LabEvidence) -> str | None:
     encoder produced for that image at the step it was enqueued: entries are stored, not
     recomputed, and they are keys — not queries, not unnormalized projections."""
     queue = ev.require_entries("to compare with the keys of its step")
-    # keys stored before L2 normalization are still this step's keys: I8's fault, not I2's
-    wrong = [j for j, kind in enumerate(queue.kinds) if kind not in ("key", "raw key")]
+    # keys stored unnormalized or normalized otherwise are still this step's keys: I8's fault
+    wrong = [j for j, kind in enumerate(queue.kinds) if kind not in KEY_KINDS]
     if not wrong:
         return None
     kinds = [queue.kinds[j] for j in wrong]

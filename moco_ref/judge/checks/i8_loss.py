@@ -395,6 +395,10 @@ def i8_temperature_divides_logits_components(ev: ComponentsEvidence) -> str | No
     return None
 
 
+def p_name(p: float) -> str:
+    return "largest absolute value" if p == float("inf") else f"L{p:g} norm"
+
+
 EMBEDDINGS_NORMALIZED = check(
     "I8-embeddings-normalized",
     "q and k are L2-normalized",
@@ -419,14 +423,32 @@ def i8_embeddings_normalized_lab(ev: LabEvidence) -> str | None:
                    f"{queue.kinds.count('raw key')} of {len(queue.kinds)} entries:",
              expected="the normalized key k = F.normalize(key(view)[1], dim=1), of norm 1",
              got=f"the raw key projection, of norm {float(queue.keys[j].norm()):.3g}")
+    if queue.stored_kind in ("rescaled key", "batch-normalized key"):
+        kind = queue.stored_kind
+        j = queue.kinds.index(kind)
+        step, _ = queue.sources[j]
+        how = ("each feature normalized over the batch (dim=0), not each key over its "
+               "features" if kind == "batch-normalized key" else
+               f"normalized with p={queue.norm_p:g} (its {p_name(queue.norm_p)} is 1)"
+               if queue.norm_p is not None else "the key's direction at another length")
+        fail("the keys were enqueued normalized otherwise than by their L2 norm: the queue's "
+             "negatives are not unit vectors",
+             where=f"queue entry {j} (id {int(queue.ids[j])}, enqueued at step {step}), "
+                   f"{queue.kinds.count(kind)} of {len(queue.kinds)} entries:",
+             expected="the normalized key k = F.normalize(key(view)[1], dim=1), of L2 norm 1",
+             got=f"{how}, of L2 norm {float(queue.keys[j].norm()):.3g}")
     diagnosis, steps = loss_steps(ev, "the normalization of q and k")
-    fault = factor_fault(diagnosis, steps, "normalize", ("q-raw", "k-raw"))
+    fault = factor_fault(diagnosis, steps, "normalize", ("q-raw", "k-raw", "k-batch"))
     if fault:
-        which = "q" if fault[2].normalize == "q-raw" else "k"
-        fail_factor(ev, diagnosis, fault, "normalize", f"{which} was not L2-normalized",
+        rule = fault[2].normalize
+        which = "q" if rule == "q-raw" else "k"
+        fail_factor(ev, diagnosis, fault, "normalize",
+                    "k was normalized over the batch (dim=0), not each key over its features"
+                    if rule == "k-batch" else f"{which} was not L2-normalized",
                     expected=f"{which} = F.normalize({'query' if which == 'q' else 'key'}"
                              "(view)[1], dim=1)",
-                    got="the raw projection")
+                    got="F.normalize(key(view)[1], dim=0)" if rule == "k-batch"
+                    else "the raw projection")
     return judgeable_loss_note(diagnosis, steps, len(ev.steps))
 
 

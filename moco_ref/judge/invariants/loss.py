@@ -10,7 +10,8 @@ A *form* fixes eight independent choices; the reference's form is the first of e
                         ``negatives-undivided`` (only the positive divided) · ``none`` ·
                         ``twice`` (logits / T²)
 ``warmup_temperature``  the same, in the in-batch branch
-``normalize``           ``both`` · ``q-raw`` (q not L2-normalized) · ``k-raw``
+``normalize``           ``both`` · ``q-raw`` (q not L2-normalized) · ``k-raw`` · ``k-batch``
+                        (k normalized over the batch, dim=0)
 ``mask``                ``same-source`` · ``none`` · ``positive-too`` (the positive hidden as
                         well) · ``inverted`` (every other source hidden, ``!=`` for ``==``) ·
                         ``fill-zero`` (same-source logits set to 0, which still counts) ·
@@ -129,7 +130,7 @@ TEMPERATURE_RULES = ("divide", "multiply", "positive-undivided", "negatives-undi
 FORM_CHOICES: dict[str, tuple[str, ...]] = {
     "temperature": TEMPERATURE_RULES,
     "warmup_temperature": TEMPERATURE_RULES,
-    "normalize": ("both", "q-raw", "k-raw"),
+    "normalize": ("both", "q-raw", "k-raw", "k-batch"),
     "mask": ("same-source", "none", "positive-too", "inverted", "fill-zero", "rows-zero"),
     "negatives": ("before", "after", "with-current", "recomputed"),
     "empty_queue": ("in-batch", "in-batch-zero-labels", "positive-only"),
@@ -155,6 +156,7 @@ FORM_TEXT: dict[tuple[str, str], str] = {
     ("normalize", "both"): "q and k L2-normalized",
     ("normalize", "q-raw"): "q not L2-normalized",
     ("normalize", "k-raw"): "k not L2-normalized",
+    ("normalize", "k-batch"): "k normalized over the batch (dim=0), not each key",
     ("mask", "same-source"): "same-source negatives masked",
     ("mask", "none"): "no same-source mask",
     ("mask", "positive-too"): "the positive masked along with the same-source negatives",
@@ -283,7 +285,7 @@ def form_gradient(
     k = step.k.detach().to(torch.float64)
     q = z if form.normalize == "q-raw" else F.normalize(z, dim=1)
     if form.normalize != "k-raw":
-        k = F.normalize(k, dim=1)
+        k = F.normalize(k, dim=0 if form.normalize == "k-batch" else 1)
     keys, key_ids = step.negatives[form.negatives]
     if form.newest is not None and form.newest < len(keys):
         keys, key_ids = keys[len(keys) - form.newest:], key_ids[len(keys) - form.newest:]
