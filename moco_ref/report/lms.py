@@ -93,13 +93,24 @@ def _listed(report: SubmissionReport) -> list[CheckResult]:
     return [r for r in report.results if r.status is not Status.NOT_APPLICABLE]
 
 
-def _numbers(results: list[CheckResult]) -> list[str]:
-    """``I4.1``, ``I4.2``, ``contract.1``: the family and the check's place in it."""
+# The order in which a student comes to see Gradescope's tests; within a family the tests
+# are numbered in it, so what a student sees at any time is numbered 1..n without gaps and
+# no number betrays a test withheld from them.
+_SHOWN_ORDER = ("visible", "after_due_date", "after_published", "hidden")
+
+
+def _numbers(results: list[CheckResult], visibility_of=lambda check_id: "visible") -> list[str]:
+    """``I4.1``, ``I4.2``, ``contract.1``: the family and the check's place in it, counting
+    first the checks a student sees sooner (``_SHOWN_ORDER``)."""
+    tier = {name: place for place, name in enumerate(_SHOWN_ORDER)}
+    order = sorted(range(len(results)), key=lambda i: (
+        tier.get(visibility_of(results[i].check_id), len(tier)), i))
     seen: dict[str, int] = {}
-    numbers = []
-    for result in results:
-        seen[result.family] = seen.get(result.family, 0) + 1
-        numbers.append(f"{result.family}.{seen[result.family]}")
+    numbers = [""] * len(results)
+    for i in order:
+        family = results[i].family
+        seen[family] = seen.get(family, 0) + 1
+        numbers[i] = f"{family}.{seen[family]}"
     return numbers
 
 
@@ -188,7 +199,8 @@ def gradescope_results(
     root = Path(submission_root) if submission_root is not None else submission_folder(report)
     results = _listed(report)
     tests = []
-    for result, number in zip(results, _numbers(results), strict=True):
+    for result, number in zip(results, _numbers(results, rubric.visibility_of),
+                              strict=True):
         tests.append({
             "name": f"{result.check_id}: {result.title}",
             "number": number,

@@ -177,3 +177,21 @@ def test_the_terminal_report_is_a_summary_table_then_details_unless_brief():
     text = render_text([report], brief=True)
     assert all(len(line) <= 28 + REASON_WIDTH for line in text.splitlines()
                if not line.startswith(("==", "   rerun", "   note", "   inferred")))
+
+
+def test_gradescope_numbers_betray_no_withheld_test():
+    """Within a family the tests a student sees sooner are numbered first: with the first
+    I3 check hidden and the second shown after the due date, the visible one is I3.1, so no
+    gap in what a student sees tells that a withheld test exists."""
+    from moco_ref.judge.rubric import Rubric
+
+    report = SubmissionReport(
+        submission="subs/carol.py", style="lab", gradable=True,
+        results=[CheckResult(check_id, check_id, "I3", 1, Status.PASSED) for check_id in (
+            "I3-fifo-keeps-newest", "I3-oldest-first-order", "I3-ids-move-with-keys")])
+    rubric = Rubric(visibility={"I3-fifo-keeps-newest": "hidden",
+                                "I3-oldest-first-order": "after_due_date"})
+    numbers = {test["name"].split(":")[0]: test["number"]
+               for test in gradescope_results(report, rubric=rubric)["tests"]}
+    assert numbers == {"I3-ids-move-with-keys": "I3.1", "I3-oldest-first-order": "I3.2",
+                       "I3-fifo-keeps-newest": "I3.3"}
