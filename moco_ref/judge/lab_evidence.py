@@ -66,6 +66,21 @@ def _normalized_p(rows: torch.Tensor, p: float) -> torch.Tensor:
     return rows / torch.linalg.vector_norm(rows, ord=p, dim=1, keepdim=True).clamp_min(1e-12)
 
 
+def _as_stored(kind: str, step, norm_p: float | None = None) -> torch.Tensor:
+    """``[B, d]`` what a queue storing ``kind`` (of ``STORED_KINDS``) holds of ``step``'s
+    arrivals, in float64; the normalized key for a kind it cannot rebuild."""
+    k = step.k.to(torch.float64)
+    if kind == "query":
+        return F.normalize(step.z.to(torch.float64), dim=1)
+    if kind == "raw key":
+        return k
+    if kind == "batch-normalized key":
+        return F.normalize(k, dim=0)
+    if kind == "rescaled key" and norm_p is not None:
+        return _normalized_p(k, norm_p)
+    return F.normalize(k, dim=1)
+
+
 def _unit_norm_p(entries: torch.Tensor) -> float | None:
     """The p of ``NORMS_NAMED`` for which every row of ``entries`` ``[n, d]`` has norm 1 (None:
     no such p; the entries are the keys at some other length)."""
@@ -483,17 +498,10 @@ class LabEvidence:
         capacity = len(keys) if total > len(keys) else None  # 0: the queue never held a key
 
         # Candidates an entry may be a copy of: [M, d], with (kind, position) per row.
-        normal_k = [F.normalize(s.k.to(torch.float64), dim=1) for s in steps]
         tables, labels = [], []
-        for kind, rows in (
-            ("key", normal_k),
-            ("query", [F.normalize(s.z.to(torch.float64), dim=1) for s in steps]),
-            ("raw key", [s.k.to(torch.float64) for s in steps]),
-            ("batch-normalized key", [F.normalize(s.k.to(torch.float64), dim=0)
-                                      for s in steps]),
-        ):
-            for t, block in enumerate(rows):
-                tables.append(block)
+        for kind in ("key", "query", "raw key", "batch-normalized key"):
+            for t, s in enumerate(steps):
+                tables.append(_as_stored(kind, s))
                 labels += [(kind, int(p)) for p in positions_per_step[t]]
         position_of = {
             (t, int(i)): int(p)
@@ -585,20 +593,8 @@ class LabEvidence:
     def stored_values(self) -> torch.Tensor:
         """``[total, d]`` the vector the submission stores for each arrival, by what its
         queue was found to hold (normalized keys unless it holds queries or raw keys)."""
-        kind = self.queue.stored_kind
-        rows = []
-        for s in self.steps:
-            if kind == "query":
-                rows.append(F.normalize(s.z.to(torch.float64), dim=1))
-            elif kind == "raw key":
-                rows.append(s.k.to(torch.float64))
-            elif kind == "batch-normalized key":
-                rows.append(F.normalize(s.k.to(torch.float64), dim=0))
-            elif kind == "rescaled key" and self.queue.norm_p is not None:
-                rows.append(_normalized_p(s.k.to(torch.float64), self.queue.norm_p))
-            else:
-                rows.append(F.normalize(s.k.to(torch.float64), dim=1))
-        return torch.cat(rows)
+        queue = self.queue
+        return torch.cat([_as_stored(queue.stored_kind, s, queue.norm_p) for s in self.steps])
 
     # ----------------------------------------------------------------- I6, I7
 

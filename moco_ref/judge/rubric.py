@@ -56,7 +56,7 @@ from moco_ref.judge.results import CheckResult, Status
 from moco_ref.probe.options import family_of
 
 DEFAULT_TOTAL = 100.0
-VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")
+VISIBILITIES = ("visible", "after_due_date", "after_published", "hidden")  # shown soonest first
 SHOWN_LATER = ("after_due_date", "after_published")
 DEFAULT_FAMILY_WEIGHTS = {family: 1.0 for family in FAMILIES} | {"warmup": 0.5}
 

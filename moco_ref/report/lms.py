@@ -52,7 +52,7 @@ from pathlib import Path
 
 from moco_ref import __version__
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
-from moco_ref.judge.rubric import DEFAULT_RUBRIC, Rubric
+from moco_ref.judge.rubric import DEFAULT_RUBRIC, VISIBILITIES, Rubric
 from moco_ref.probe.options import GradeOptions
 from moco_ref.report.scoring import points_str
 from moco_ref.report.text import (
@@ -93,18 +93,13 @@ def _listed(report: SubmissionReport) -> list[CheckResult]:
     return [r for r in report.results if r.status is not Status.NOT_APPLICABLE]
 
 
-# The order in which a student comes to see Gradescope's tests; within a family the tests
-# are numbered in it, so what a student sees at any time is numbered 1..n without gaps and
-# no number betrays a test withheld from them.
-_SHOWN_ORDER = ("visible", "after_due_date", "after_published", "hidden")
-
-
-def _numbers(results: list[CheckResult], visibility_of=lambda check_id: "visible") -> list[str]:
+def _numbers(results: list[CheckResult], visibility_of) -> list[str]:
     """``I4.1``, ``I4.2``, ``contract.1``: the family and the check's place in it, counting
-    first the checks a student sees sooner (``_SHOWN_ORDER``)."""
-    tier = {name: place for place, name in enumerate(_SHOWN_ORDER)}
+    first the checks a student sees sooner (``VISIBILITIES`` is in that order), so what a
+    student sees at any time is numbered 1..n without gaps and no number betrays a test
+    withheld from them."""
     order = sorted(range(len(results)), key=lambda i: (
-        tier.get(visibility_of(results[i].check_id), len(tier)), i))
+        VISIBILITIES.index(visibility_of(results[i].check_id)), i))
     seen: dict[str, int] = {}
     numbers = [""] * len(results)
     for i in order:

@@ -395,8 +395,26 @@ def i8_temperature_divides_logits_components(ev: ComponentsEvidence) -> str | No
     return None
 
 
-def p_name(p: float) -> str:
+def _p_name(p: float) -> str:
     return "largest absolute value" if p == float("inf") else f"L{p:g} norm"
+
+
+_NORMALIZED_OTHERWISE = ("the keys were enqueued normalized otherwise than by their L2 norm: "
+                         "the queue's negatives are not unit vectors")
+_UNIT_KEY = "the normalized key k = F.normalize(key(view)[1], dim=1), of L2 norm 1"
+# A queue kind of lab_evidence.STORED_KINDS that stores the key not L2-normalized:
+# (misconception, expected, what the entries are, the name of the norm shown of one)
+_STORED_UNNORMALIZED = {
+    "raw key": ("the keys were enqueued before L2 normalization: the queue's negatives are raw "
+                "projections while the positive is normalized",
+                "the normalized key k = F.normalize(key(view)[1], dim=1), of norm 1",
+                "the raw key projection", "norm"),
+    "rescaled key": (_NORMALIZED_OTHERWISE, _UNIT_KEY, "the key's direction at another length",
+                     "L2 norm"),
+    "batch-normalized key": (_NORMALIZED_OTHERWISE, _UNIT_KEY,
+                             "each feature normalized over the batch (dim=0), not each key over "
+                             "its features", "L2 norm"),
+}
 
 
 EMBEDDINGS_NORMALIZED = check(
@@ -414,29 +432,17 @@ def i8_embeddings_normalized_lab(ev: LabEvidence) -> str | None:
     """The query and the key are L2-normalized projections, so every logit is a cosine
     similarity over T."""
     queue = ev.queue
-    if queue.stored_kind == "raw key":
-        j = queue.kinds.index("raw key")
-        step, _ = queue.sources[j]
-        fail("the keys were enqueued before L2 normalization: the queue's negatives are raw "
-             "projections while the positive is normalized",
-             where=f"queue entry {j} (id {int(queue.ids[j])}, enqueued at step {step}), "
-                   f"{queue.kinds.count('raw key')} of {len(queue.kinds)} entries:",
-             expected="the normalized key k = F.normalize(key(view)[1], dim=1), of norm 1",
-             got=f"the raw key projection, of norm {float(queue.keys[j].norm()):.3g}")
-    if queue.stored_kind in ("rescaled key", "batch-normalized key"):
+    if queue.stored_kind in _STORED_UNNORMALIZED:
         kind = queue.stored_kind
         j = queue.kinds.index(kind)
         step, _ = queue.sources[j]
-        how = ("each feature normalized over the batch (dim=0), not each key over its "
-               "features" if kind == "batch-normalized key" else
-               f"normalized with p={queue.norm_p:g} (its {p_name(queue.norm_p)} is 1)"
-               if queue.norm_p is not None else "the key's direction at another length")
-        fail("the keys were enqueued normalized otherwise than by their L2 norm: the queue's "
-             "negatives are not unit vectors",
+        misconception, expected, how, norm = _STORED_UNNORMALIZED[kind]
+        if kind == "rescaled key" and queue.norm_p is not None:
+            how = f"normalized with p={queue.norm_p:g} (its {_p_name(queue.norm_p)} is 1)"
+        fail(misconception,
              where=f"queue entry {j} (id {int(queue.ids[j])}, enqueued at step {step}), "
                    f"{queue.kinds.count(kind)} of {len(queue.kinds)} entries:",
-             expected="the normalized key k = F.normalize(key(view)[1], dim=1), of L2 norm 1",
-             got=f"{how}, of L2 norm {float(queue.keys[j].norm()):.3g}")
+             expected=expected, got=f"{how}, of {norm} {float(queue.keys[j].norm()):.3g}")
     diagnosis, steps = loss_steps(ev, "the normalization of q and k")
     fault = factor_fault(diagnosis, steps, "normalize", ("q-raw", "k-raw", "k-batch"))
     if fault:
