@@ -40,7 +40,12 @@ from moco_ref.judge.invariants import (
     initial_labels,
     trace_columns,
 )
-from moco_ref.judge.invariants.logits import BUILDER_FORM, expected_logits, logits_error
+from moco_ref.judge.invariants.logits import (
+    BUILDER_FORM,
+    expected_logits,
+    logits_error,
+    paired_as_used,
+)
 from moco_ref.judge.ranks_evidence import RanksEvidence
 from moco_ref.probe import schema
 from moco_ref.probe.builder import (
@@ -486,6 +491,21 @@ class BuilderEvidence:
     def logits(self) -> LogitsFit:
         return identify_logits_form(self.logit_steps, self.temperature)
 
+    @cached_property
+    def judged_logits(self) -> LogitsFit:
+        """``logits``; or, when that leaves steps unexplained because queries were paired with
+        other images' keys (I8-loss-matches-recomputation names it), the fit of the keys as
+        the logits paired them — what the temperature, the normalization and the negatives
+        are judged on, so one wrong pairing is charged once."""
+        fit = self.logits
+        if fit.all_match:
+            return fit
+        paired = paired_as_used(self.logit_steps, self.temperature)
+        if paired is None:
+            return fit
+        refit = identify_logits_form(paired, self.temperature)
+        return refit if refit.all_match else fit
+
     # ----------------------------------------------------------------- report
 
     def _extra_encoder_arguments(self) -> str | None:
@@ -523,8 +543,8 @@ class BuilderEvidence:
             ("m", lambda: None if self.ema.m is None else round(self.ema.m, 6)),
             ("order", lambda: {"lab": "official (EMA in forward, before the key forward)"}.get(
                 self.ema.order, self.ema.order)),
-            ("temperature", lambda: self.logits.temperature),
-            ("logits_form", lambda: describe_logits_form(self.logits.form)),
+            ("temperature", lambda: self.judged_logits.temperature),
+            ("logits_form", lambda: describe_logits_form(self.judged_logits.form)),
             ("module_T", lambda: self.module.get("attributes", {}).get("T")),
             ("queue_layout", lambda: self.queue_layout),
             ("process_group", lambda: self.record.get("environment", {}).get("process_group")),

@@ -39,6 +39,7 @@ from moco_ref.judge.assertions import (
 )
 from moco_ref.judge.gaps import observed
 from moco_ref.judge.invariants import (
+    QUEUE_RULES,
     KeyUpdate,
     StepLossInputs,
     analyse_key_updates,
@@ -47,6 +48,7 @@ from moco_ref.judge.invariants import (
     identify_queue_rule,
     match_rows,
     queue_contents,
+    through_one_buffer,
 )
 from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis, diagnose_loss
 from moco_ref.probe import schema
@@ -131,7 +133,9 @@ class QueueAnalysis:
     dim_first: bool  # returned as [d, n]
     total_arrivals: int
     capacity: int | None  # None when the queue never dropped an entry; 0 when it held none
-    kinds: list[str]  # per entry: "key", "query", "raw key", "recomputed key", "unknown"
+    # per entry: one of STORED_KINDS, "recomputed key", "overwritten key" (see ``shown``),
+    # "unknown"
+    kinds: list[str]
     positions: torch.Tensor  # [n] arrival number each entry is a copy of (−1 unknown)
     sources: list[tuple[int, int]]  # (step, row) of each entry's arrival, (−1, −1) unknown
     key_rule: str | None  # rule of QUEUE_RULES that explains the positions
@@ -140,6 +144,9 @@ class QueueAnalysis:
     arrival_ids: list[torch.Tensor]  # [B_t] per step
     arrival_positions: list[torch.Tensor]  # [B_t] per step
     norm_p: float | None = None  # "rescaled key": the p whose norm each entry has as 1
+    # entries that are views of one reused buffer: the arrival each entry shows [n] (its
+    # slot's arrival is ``positions``, as its id says); None when the entries are copies
+    shown: torch.Tensor | None = None
 
     def contents(self, rule: str | None, labels: list[torch.Tensor], steps: int) -> torch.Tensor:
         """Labels held after ``steps`` enqueues under ``rule`` (FIFO when unknown)."""
@@ -157,6 +164,8 @@ class QueueAnalysis:
             ids = flat_ids[positions].to(torch.int64)
         else:
             ids = self.contents(self.id_rule, self.arrival_ids, steps)
+        if self.shown is not None:
+            positions = through_one_buffer(positions, self.arrival_positions, steps)
         return positions, ids
 
 
@@ -550,6 +559,15 @@ class LabEvidence:
                 id_rule = identify_queue_rule(ids, arrival_ids, rule_capacity)
         counted = [k for k in kinds if k in STORED_KINDS]
         stored = max(STORED_KINDS, key=counted.count) if counted else "key"
+        shown = None
+        slots = self._slots_of_one_buffer(positions, ids, id_rule, rule_capacity)
+        if key_rule is None and slots is not None:
+            # the ids kept a queue rule, the keys show later batches: one reused buffer
+            shown = positions
+            kinds = [kind if int(a) == int(b) else "overwritten key"
+                     for kind, a, b in zip(kinds, slots, shown)]
+            positions, key_rule, id_rule = slots, id_rule, "with-keys"
+            sources = [step_row.get(int(p), (-1, -1)) for p in positions.tolist()]
         return QueueAnalysis(
             keys=keys,
             ids=ids,
@@ -565,7 +583,25 @@ class LabEvidence:
             arrival_ids=arrival_ids,
             arrival_positions=positions_per_step,
             norm_p=norm_p,
+            shown=shown,
         )
+
+    def _slots_of_one_buffer(self, positions, ids, id_rule, capacity) -> torch.Tensor | None:
+        """The arrivals ``[n]`` the queue's slots were filled with, when its ids kept
+        ``id_rule`` and its entries ``positions`` ``[n]`` are what views of one reused buffer
+        show (``through_one_buffer``); None otherwise."""
+        if id_rule not in QUEUE_RULES or not bool((positions >= 0).all()):
+            return None
+        steps = self.steps
+        batches = arrival_numbers([len(s.ids) for s in steps])
+        slots = queue_contents(id_rule, batches, capacity)[-1]
+        flat_ids = torch.cat([s.ids for s in steps]).to(torch.int64)
+        if slots.shape != positions.shape or torch.equal(slots, positions):
+            return None
+        if not torch.equal(flat_ids[slots], ids):
+            return None
+        shown = through_one_buffer(slots, batches, len(steps))
+        return slots if torch.equal(shown, positions) else None
 
     def require_entries(self, what: str) -> QueueAnalysis:
         """The queue analysis; ``NotExercised`` (not judged, never passed) when the queue

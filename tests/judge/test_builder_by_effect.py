@@ -100,6 +100,21 @@ def test_a_wrong_inverse_permutation_is_named_query_by_query():
     assert "applied twice" in result.message
 
 
+@pytest.mark.parametrize("name", ["builder_bug_unshuffle_wrong_inverse.py",
+                                  "builder_bug_unshuffle_missing.py"])
+def test_a_wrong_pairing_is_charged_once_and_the_rest_is_judged_on_it(name):
+    """The temperature, the normalization and the negatives are judged on the keys as the
+    logits paired them; the queue's order within one key batch is not I3's."""
+    results, inferred = grade(load_namespace(SUBMISSIONS / name), "builder")
+    by_id = {r.check_id: r for r in results}
+    for check_id in ("I8-temperature-divides-logits", "I8-embeddings-normalized",
+                     "I9-batch-not-own-negative", "I3-oldest-first-order",
+                     "I3-fifo-keeps-newest"):
+        assert by_id[check_id].status is Status.PASSED, by_id[check_id].message
+    assert inferred["temperature"] == 0.2
+    assert {r.family for r in results if r.status is Status.FAILED} == {"I8"}
+
+
 def test_a_missing_unshuffle_is_named(tmp_path):
     source = (SUBMISSIONS / "builder_correct_official_style.py").read_text()
     broken = source.replace("            k = self._batch_unshuffle_ddp(k, restore)\n", "")

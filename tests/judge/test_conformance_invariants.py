@@ -30,6 +30,7 @@ from moco_ref.judge.invariants import (
     match_rows,
     queue_contents,
     rotation_of,
+    through_one_buffer,
 )
 from moco_ref.judge.invariants.loss import FORM_CHOICES
 from moco_ref.judge.invariants.loss_diagnosis import departure, diagnose_loss
@@ -70,6 +71,28 @@ def test_rules_differ_once_the_queue_wraps():
               for rule in ("fifo", "keeps-oldest", "newest-first")}
     assert finals == {"fifo": [2, 3, 4, 5], "keeps-oldest": [0, 1, 2, 3],
                       "newest-first": [3, 4, 5, 0]}
+
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=7), st.integers(1, 12))
+def test_through_one_buffer_is_what_views_of_one_reused_tensor_show(sizes, capacity):
+    # independent derivation: real views of one buffer, written with copy_ batch by batch
+    batches = arrival_numbers(sizes)
+    buffer = torch.full((max(sizes), 1), -1, dtype=torch.int64)
+    views, labels = [], []
+    for batch in batches:
+        part = buffer[: len(batch)]
+        part.copy_(batch[:, None])
+        views, labels = (views + [part])[-capacity:], (labels + [batch])[-capacity:]
+    held_views = torch.cat(views)[:, 0]
+    slots = torch.cat(labels)
+    assert torch.equal(through_one_buffer(slots, batches, len(batches)), held_views)
+
+
+def test_through_one_buffer_shows_the_newest_batch_with_each_row():
+    batches = arrival_numbers([3, 3, 2])  # [0 1 2] [3 4 5] [6 7]
+    shown = through_one_buffer(torch.tensor([0, 1, 2, 3, 4, 5]), batches, 3)
+    assert shown.tolist() == [6, 7, 5, 6, 7, 5]
+    assert through_one_buffer(torch.tensor([0, 1, 2]), batches, 1).tolist() == [0, 1, 2]
 
 
 def test_rotation_of_finds_a_ring_buffer_in_storage_order():

@@ -128,7 +128,7 @@ def pointer_text(step) -> str:
 
 
 def judgeable_logits(ev: BuilderEvidence, what: str):
-    fit = ev.logits
+    fit = ev.judged_logits
     if not fit.all_match:
         bad = next(i for i, ok in enumerate(fit.matched) if not ok)
         raise SubmissionError(

@@ -36,6 +36,10 @@ _KIND_TEXT = {
     "recomputed key": ("old queue entries were recomputed with a later key encoder",
                        "the key as produced at its own step",
                        "the same image re-encoded at a later step"),
+    "overwritten key": ("queue entries changed after they were enqueued: they are views of one "
+                        "reused tensor (a buffer written with copy_, an out= tensor), not "
+                        "copies, so each new batch's keys show through the entries already "
+                        "queued", "", ""),
     "unknown": ("queue entries are not copies of the keys the key encoder produced",
                 "a copy of a recorded key", "a vector that matches no recorded key"),
 }
@@ -92,8 +96,24 @@ def i2_entries_are_arrival_keys_lab(ev: LabEvidence) -> str | None:
     step, _ = queue.sources[j]
     where = f"queue entry {j} (id {int(queue.ids[j])}"
     where += f", enqueued at step {step})" if step >= 0 else ")"
+    if kind == "overwritten key":
+        expected, got = _overwritten_texts(ev, j)
     fail(misconception, where=f"{where}, {kinds.count(kind)} of {len(queue.kinds)} entries:",
          expected=expected, got=got)
+
+
+def _overwritten_texts(ev: LabEvidence, j: int) -> tuple[str, str]:
+    """What entry ``j`` of a queue of views of one buffer should hold and what it shows."""
+    queue = ev.queue
+    flat_ids = torch.cat(queue.arrival_ids)
+    shown = int(queue.shown[j])
+    step = next(t for t, block in enumerate(queue.arrival_positions)
+                if shown in block.tolist())
+    row = queue.arrival_positions[step].tolist().index(shown)
+    own = int(queue.positions[j])
+    return (f"the key of id {int(flat_ids[own])} as it was enqueued",
+            f"the key of id {int(flat_ids[shown])} from step {step} (row {row} of a later batch "
+            "written into the same memory)")
 
 
 @ENTRIES_ARE_ARRIVAL_KEYS.judges('builder')

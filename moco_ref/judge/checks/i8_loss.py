@@ -42,8 +42,8 @@ from moco_ref.judge.invariants import (
 )
 from moco_ref.judge.invariants.logits import (
     BUILDER_FORM,
-    LOGITS_TOLERANCE,
     masked_columns,
+    positive_images,
 )
 from moco_ref.judge.invariants.loss import FORM_TEXT, TEMPERATURE_RULES
 from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis, departure
@@ -180,28 +180,7 @@ def _scale_hint(ev: LabEvidence, t: int, diagnosis) -> str:
 
 
 def _positive_images(ev: BuilderEvidence, t: int) -> list[int] | None:
-    """For the ``t``-th logits step whose negatives are the reference's (the queue before the
-    step, over T) but whose positives are not: the image ``j`` whose key gives each query
-    ``i``'s positive ``q̂_i·k̂_j / T``, when every row has one and some ``j ≠ i`` (the keys came
-    back from the key encoder in another order than their images); None otherwise."""
-    step = ev.logit_steps[t]
-    logits = step.logits.to(torch.float64)
-    reference = expected_logits(BUILDER_FORM, step, ev.temperature)
-    if logits.shape != reference.shape or len(logits) < 2:
-        return None
-    scale = max(1.0, float(reference.abs().max()))
-    negatives = (logits[:, 1:].sort(dim=1).values - reference[:, 1:].sort(dim=1).values)
-    if negatives.numel() and float(negatives.abs().max()) / scale > LOGITS_TOLERANCE:
-        return None
-    q = torch.nn.functional.normalize(step.q.to(torch.float64), dim=1)
-    k = torch.nn.functional.normalize(step.k.to(torch.float64), dim=1)
-    candidates = q @ k.T / ev.temperature  # [B, B]: query i against image j's key
-    errors = (candidates - logits[:, :1]).abs() / scale
-    best = errors.argmin(dim=1)
-    if float(errors.gather(1, best[:, None]).max()) > LOGITS_TOLERANCE:
-        return None
-    images = [int(j) for j in best]
-    return None if images == list(range(len(images))) else images
+    return positive_images(ev.logit_steps[t], ev.temperature)
 
 
 def _shuffle_cause(ev: BuilderEvidence, t: int, images: list[int]) -> str:

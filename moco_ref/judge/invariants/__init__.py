@@ -43,6 +43,7 @@ from moco_ref.judge.invariants.fifo import (
     match_rows,
     queue_contents,
     rotation_of,
+    through_one_buffer,
 )
 from moco_ref.judge.invariants.logits import (
     LogitsFit,
@@ -95,6 +96,7 @@ __all__ = [
     "match_rows",
     "oldest_first",
     "queue_contents",
+    "through_one_buffer",
     "rotation_of",
     "trace_columns",
 ]

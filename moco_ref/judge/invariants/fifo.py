@@ -76,6 +76,27 @@ def identify_queue_rule(
     return None
 
 
+def through_one_buffer(
+    slots: torch.Tensor, batches: Sequence[torch.Tensor], enqueues: int
+) -> torch.Tensor:
+    """Misconception (I2): every entry is a view of one reused tensor — a slice of a
+    preallocated buffer written with ``copy_``, an ``out=`` tensor — not a copy, so an entry
+    shows row r of the newest batch that had a row r, whichever batch filled its slot.
+
+    ``slots`` ``[n]`` are the arrival labels the queue's slots were filled with; returns the
+    labels ``[n]`` its entries show after ``enqueues`` enqueues of ``batches``.
+    """
+    newest: dict[int, int] = {}  # row → label of the newest batch with that row
+    row_of: dict[int, int] = {}
+    for number, batch in enumerate(batches):
+        for row, label in enumerate(torch.as_tensor(batch).tolist()):
+            row_of[label] = row
+            if number < enqueues:
+                newest[row] = label
+    return torch.tensor([newest[row_of[label]] for label in torch.as_tensor(slots).tolist()],
+                        dtype=torch.int64)
+
+
 def rotation_of(observed: torch.Tensor, expected: torch.Tensor) -> int | None:
     """``s`` (0 < s < n) such that ``observed == expected.roll(s)``: a ring buffer returned in
     storage order instead of oldest first. None if there is no such rotation."""

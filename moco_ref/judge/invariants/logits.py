@@ -129,6 +129,41 @@ def fit_temperature(form: LossForm, steps: Sequence[StepLogits]) -> float | None
     return denominator / numerator
 
 
+def positive_images(step: StepLogits, temperature: float) -> list[int] | None:
+    """For a step whose negatives are the reference's (the queue before the step, over T) but
+    whose positives are not: the image ``j`` whose key gives each query ``i``'s positive
+    ``q̂_i·k̂_j / T``, when every row has one and some ``j ≠ i`` (the keys came back from the
+    key encoder in another order than their images); None otherwise."""
+    logits = step.logits.to(torch.float64)
+    reference = expected_logits(BUILDER_FORM, step, temperature)
+    if logits.shape != reference.shape or len(logits) < 2:
+        return None
+    scale = max(1.0, float(reference.abs().max()))
+    negatives = (logits[:, 1:].sort(dim=1).values - reference[:, 1:].sort(dim=1).values)
+    if negatives.numel() and float(negatives.abs().max()) / scale > LOGITS_TOLERANCE:
+        return None
+    q = F.normalize(step.q.to(torch.float64), dim=1)
+    k = F.normalize(step.k.to(torch.float64), dim=1)
+    candidates = q @ k.T / temperature  # [B, B]: query i against image j's key
+    errors = (candidates - logits[:, :1]).abs() / scale
+    best = errors.argmin(dim=1)
+    if float(errors.gather(1, best[:, None]).max()) > LOGITS_TOLERANCE:
+        return None
+    images = [int(j) for j in best]
+    return None if images == list(range(len(images))) else images
+
+
+def paired_as_used(steps: Sequence[StepLogits], temperature: float) -> list[StepLogits] | None:
+    """``steps`` with each query paired with the key its positive logit used, when in some
+    step those are other images' keys (``positive_images``); None when in none."""
+    paired, moved = [], False
+    for step in steps:
+        images = positive_images(step, temperature)
+        moved |= images is not None
+        paired.append(step if images is None else replace(step, k=step.k[images]))
+    return paired if moved else None
+
+
 def identify_logits_form(
     steps: Sequence[StepLogits], temperature: float, *, tolerance: float = LOGITS_TOLERANCE
 ) -> LogitsFit:
