@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import moco_ref
-from moco_ref.judge.results import Status
+from moco_ref.judge.results import Status, SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_RUBRIC
 from moco_ref.probe.options import GradeOptions
 from moco_ref.run.batch import grade_folder
@@ -32,6 +32,7 @@ from moco_ref.run.demo import (
 from moco_ref.run.pipeline import grade_submission
 from moco_ref.sandbox import client
 from tests.helpers.grading_stubs.leftovers import wait_for_no_leftovers
+from tests.helpers.shared_result import computed_once
 
 MANIFEST = find_manifest().parents[1] / "adversarial" / "manifest.json"
 EXAMPLES = load_manifest(MANIFEST)
@@ -39,12 +40,29 @@ BY_NAME = {example.path.name: example for example in EXAMPLES}
 ESCAPES = ("orphan_processes.py", "exit_in_train_moco.py", "stdout_flood.py")
 
 
-@pytest.fixture(scope="module")
-def outcomes() -> dict[str, DemoOutcome]:
+def _grade_the_corpus() -> dict:
+    """Every example's report, and what was left once they were graded."""
     for fake in glob.glob("/tmp/moco-ref-fake-*"):
         os.remove(fake)
     graded = run_demo(EXAMPLES, GradeOptions(), jobs=4)  # the hang cases mostly wait
-    return {outcome.example.path.name: outcome for outcome in graded}
+    zygote = client.current_zygote()
+    return {"reports": {outcome.example.path.name: outcome.report.to_dict()
+                        for outcome in graded},
+            "left_behind": wait_for_no_leftovers(),
+            "grader_survived": zygote.alive and zygote.process.poll() is None}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict:
+    """The corpus graded once per test session (the slowest fixture of the suite), shared by
+    the xdist workers."""
+    return computed_once(tmp_path_factory, "adversarial-corpus", _grade_the_corpus)
+
+
+@pytest.fixture(scope="module")
+def outcomes(corpus) -> dict[str, DemoOutcome]:
+    return {name: DemoOutcome(BY_NAME[name], SubmissionReport.from_dict(report))
+            for name, report in corpus["reports"].items()}
 
 
 def test_the_corpus_covers_the_issue():
@@ -57,11 +75,10 @@ def test_every_verdict_is_the_expected_one(outcomes, name):
     assert outcome.as_expected, "\n".join(surprise_details(outcome))
 
 
-def test_nothing_is_left_behind_and_the_grader_survives(outcomes):
+def test_nothing_is_left_behind_and_the_grader_survives(outcomes, corpus):
     assert "spawned 4 processes" in outcomes["orphan_processes.py"].report.stdout
-    assert wait_for_no_leftovers() == []
-    zygote = client.current_zygote()
-    assert zygote.alive and zygote.process.poll() is None
+    assert corpus["left_behind"] == []
+    assert corpus["grader_survived"]
 
 
 def _messages(report) -> str:
