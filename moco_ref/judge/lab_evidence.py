@@ -83,6 +83,14 @@ def _as_stored(kind: str, step, norm_p: float | None = None) -> torch.Tensor:
     return F.normalize(k, dim=1)
 
 
+def _padded(keys: torch.Tensor, ids: torch.Tensor, capacity: int):
+    """``(keys [capacity, d], ids [capacity])``: a preallocated queue of ``capacity`` zero rows
+    (ids −1) holding ``keys`` ``[n, d]``, read whole, unfilled slots included."""
+    missing = max(capacity - len(keys), 0)
+    return (torch.cat([keys, keys.new_zeros(missing, keys.shape[1])]),
+            torch.cat([ids, ids.new_full((missing,), -1)]))
+
+
 def _unit_norm_p(entries: torch.Tensor) -> float | None:
     """The p of ``NORMS_NAMED`` for which every row of ``entries`` ``[n, d]`` has norm 1 (None:
     no such p; the entries are the keys at some other length)."""
@@ -687,6 +695,10 @@ class LabEvidence:
             negatives["with-current"] = (torch.cat([held, current]),
                                          torch.cat([held_ids, s.ids.to(held_ids.dtype)]))
             offset += len(s.ids)
+            if queue.capacity:  # a preallocated queue read whole: once it holds a key, or always
+                negatives["with-empty-slots"] = (_padded(held, held_ids, queue.capacity)
+                                                 if len(held) else (held, held_ids))
+                negatives["zero-initialized"] = _padded(held, held_ids, queue.capacity)
             if any_recomputed:
                 if s.recomputed is None:
                     negatives["recomputed"] = (torch.empty(0, d, dtype=torch.float64),

@@ -229,6 +229,11 @@ def _step(seed: int, *, first: bool = False, batch: int = 6, queue: int = 10, di
     current = (torch.cat([before[0], F.normalize(k, dim=1)]), torch.cat([before[1], ids]))
     after = current if first else (current[0][batch:], current[1][batch:])  # capacity = queue
     negatives = {"before": before, "after": after, "with-current": current}
+    unfilled = 4  # a preallocated buffer of queue + 4 rows, read whole
+    padded = (torch.cat([before[0], keys.new_zeros(unfilled + (queue if first else 0), dim)]),
+              torch.cat([before[1], key_ids.new_full((unfilled + (queue if first else 0),), -1)]))
+    negatives["zero-initialized"] = padded
+    negatives["with-empty-slots"] = before if first else padded
     if recomputed:
         negatives["recomputed"] = (keys[:0], key_ids[:0]) if first else (
             F.normalize(keys + 0.2, dim=1), key_ids)

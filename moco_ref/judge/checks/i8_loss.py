@@ -125,6 +125,9 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
                     "not the whole queue",
                     expected=f"all {held} queued keys as negatives, [q·k⁺, q·queueᵀ]/T",
                     got=f"[q·k⁺, q·queue[-{fault[2].newest}:]ᵀ]/T")
+    fault = factor_fault(diagnosis, steps, "negatives", ("with-empty-slots", "zero-initialized"))
+    if fault:
+        _fail_empty_slots(ev, diagnosis, fault)
     fault = factor_fault(diagnosis, steps, "reduction", ("sum",))
     if fault:
         fail_factor(ev, diagnosis, fault, "reduction",
@@ -141,6 +144,23 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
     if len(diagnosis.runs()) == 1:
         return "matches " + diagnosis.fit.form.describe()
     return "explained step by step: " + diagnosis.narrative(ev.queue_context)
+
+
+def _fail_empty_slots(ev: LabEvidence, diagnosis: LossDiagnosis, fault) -> None:
+    t, _, form = fault
+    held = len(ev.loss_inputs[t].negatives["before"][1])
+    capacity = len(ev.loss_inputs[t].negatives[form.negatives][1])
+    never_empty = form.negatives == "zero-initialized"
+    fail_factor(ev, diagnosis, fault, "negatives",
+                "the queue's unfilled slots are used as negatives: a preallocated queue read "
+                "whole, so each empty (zero) slot adds a logit of 0 that still counts in the "
+                "softmax" + ("; and as the queue is never empty, no step is a warm-up"
+                             if never_empty else ""),
+                expected=(f"the {held} keys the queue holds as negatives, "
+                          f"[q·k⁺, q·queue[:{held}]ᵀ]/T" if held else
+                          "the in-batch warm-up loss q·kᵀ/T (the queue holds no key yet)"),
+                got=f"[q·k⁺, q·bufferᵀ]/T over all {capacity} slots, {capacity - held} of "
+                    "them never written")
 
 
 def parameter_fault(diagnosis: LossDiagnosis, steps: list[int], parameter: str):
@@ -471,13 +491,15 @@ def i8_empty_queue_in_batch_lab(ev: LabEvidence) -> str | None:
     the in-batch branch is for the empty queue only."""
     diagnosis, steps = loss_steps(ev, "which branch of the loss each step took")
     fault = factor_fault(diagnosis, [t for t in steps if t == 0], "empty_queue",
-                         ("in-batch-zero-labels", "positive-only"))
+                         ("in-batch-zero-labels", "positive-only", "symmetric"))
     if fault:
         got = {
             "in-batch-zero-labels": "in-batch logits with labels all 0 (every query told that "
                                     "key 0 is its positive)",
             "positive-only": "a loss of 0 and no gradient (no warm-up branch: each row had only "
                              "its positive)",
+            "symmetric": "a symmetric loss: the mean of the cross-entropies of q·kᵀ/T and of its "
+                         "transpose k·qᵀ/T (each key also told its own query)",
         }[fault[2].empty_queue]
         fail_factor(ev, diagnosis, fault, "empty_queue",
                     "the first batch (empty queue) does not use in-batch negatives",

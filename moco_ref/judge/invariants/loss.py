@@ -20,9 +20,14 @@ A *form* fixes eight independent choices; the reference's form is the first of e
 ``negatives``           ``before`` (the queue before this step's enqueue) · ``after`` (the
                         batch's own keys enqueued before the loss) · ``with-current`` (the
                         batch's keys appended to the queue, nothing dropped) · ``recomputed``
-                        (the queue re-encoded now)
+                        (the queue re-encoded now) · ``with-empty-slots`` (a preallocated
+                        queue's unfilled zero slots among the negatives once it holds a key)
+                        · ``zero-initialized`` (the same from the first step: a queue that
+                        starts as ``capacity`` zero rows, so no step is a warm-up)
 ``empty_queue``         ``in-batch`` (q·kᵀ/T, labels arange) · ``in-batch-zero-labels`` ·
-                        ``positive-only`` (no warm-up branch: one logit per row, loss 0)
+                        ``positive-only`` (no warm-up branch: one logit per row, loss 0) ·
+                        ``symmetric`` (the in-batch loss averaged with its transpose's,
+                        k·qᵀ/T, each key's query as its label)
 ``branch``              ``by-queue`` (the in-batch branch only while the queue is empty) ·
                         ``in-batch`` (in-batch negatives at this step although the queue
                         holds keys)
@@ -132,8 +137,9 @@ FORM_CHOICES: dict[str, tuple[str, ...]] = {
     "warmup_temperature": TEMPERATURE_RULES,
     "normalize": ("both", "q-raw", "k-raw", "k-batch"),
     "mask": ("same-source", "none", "positive-too", "inverted", "fill-zero", "rows-zero"),
-    "negatives": ("before", "after", "with-current", "recomputed"),
-    "empty_queue": ("in-batch", "in-batch-zero-labels", "positive-only"),
+    "negatives": ("before", "after", "with-current", "recomputed", "with-empty-slots",
+                  "zero-initialized"),
+    "empty_queue": ("in-batch", "in-batch-zero-labels", "positive-only", "symmetric"),
     "branch": ("by-queue", "in-batch"),
     "labels": ("zeros", "ones", "arange", "last"),
     "reduction": ("mean", "sum"),
@@ -169,10 +175,17 @@ FORM_TEXT: dict[tuple[str, str], str] = {
     ("negatives", "after"): "the batch's own keys among the negatives (enqueued before the loss)",
     ("negatives", "with-current"): "the batch's own keys appended to the queue's negatives",
     ("negatives", "recomputed"): "negatives re-encoded with the current key encoder",
+    ("negatives", "with-empty-slots"): "the queue's unfilled (zero) slots used as negatives "
+                                       "until it is full: a logit of 0 each, still counted",
+    ("negatives", "zero-initialized"): "a queue that starts as capacity zero rows, used whole "
+                                       "from the first step: its unfilled slots are negatives "
+                                       "(a logit of 0 each) and no step is a warm-up",
     ("empty_queue", "in-batch"): "in-batch negatives, labels arange(B), while the queue is empty",
     ("empty_queue", "in-batch-zero-labels"): "in-batch logits with labels all 0 (empty queue)",
     ("empty_queue", "positive-only"): "no warm-up branch: with an empty queue each row has only "
     "its positive and the loss is 0",
+    ("empty_queue", "symmetric"): "a symmetric warm-up loss: the in-batch cross-entropy averaged "
+                                  "with that of its transpose (each key told its own query)",
     ("branch", "by-queue"): "the in-batch branch only while the queue is empty",
     ("branch", "in-batch"): "in-batch negatives (the warm-up branch) although the queue holds "
                             "keys",
@@ -299,6 +312,8 @@ def form_gradient(
         label_logit = logits[rows, labels]
         others = logits.masked_fill(F.one_hot(labels, logits.shape[1]).bool(), -math.inf)
         loss = (others.logsumexp(dim=1) - label_logit).mean()
+    elif form.empty_queue == "symmetric" and (keys.shape[0] == 0 or form.branch == "in-batch"):
+        loss = (info_nce_loss(logits, labels) + info_nce_loss(logits.T, labels)) / 2
     else:
         loss = info_nce_loss(logits, labels)
     if form.reduction == "sum":
