@@ -385,6 +385,7 @@ class BuilderEvidence:
         """The vectors a column written at ``step`` may be a copy of, by kind ``[B, dim]``."""
         normalize = torch.nn.functional.normalize
         return {"key": normalize(step.k, dim=1), "raw key": step.k,
+                "batch-normalized key": normalize(step.k, dim=0),
                 "query": normalize(step.q, dim=1), "raw query": step.q}
 
     @cached_property

@@ -17,7 +17,7 @@ Nothing the module reports is trusted: every value is recomputed from recorded t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import torch
@@ -47,6 +47,9 @@ class Candidate:
     raw: torch.Tensor  # [dim] float64
     normalized: torch.Tensor  # [dim]
     view: int = KEY_VIEW
+    # [dim] the row of its forward's output normalized over that batch (dim=0), as a module
+    # that normalizes over the wrong dimension stores and uses it
+    batch_normalized: torch.Tensor | None = None
 
     @property
     def slot(self) -> Slot:
@@ -228,10 +231,12 @@ class RanksEvidence:
                 output = event["output"].to(torch.float64)
                 if output.ndim != 2 or output.shape[1] != self.probe.dim:
                     continue  # not a key of this probe's width: no candidate
-                for view, image, raw in zip(event["views"].tolist(), event["rows"].tolist(),
-                                            output):
+                over_batch = F.normalize(output, dim=0)
+                for view, image, raw, batch_row in zip(event["views"].tolist(),
+                                                       event["rows"].tolist(), output, over_batch):
                     if view in self.key_views and image >= 0:
-                        found.append(Candidate(image, rank, raw, F.normalize(raw, dim=0), view))
+                        found.append(Candidate(image, rank, raw, F.normalize(raw, dim=0), view,
+                                               batch_row))
         return found
 
     def shuffled_across_ranks(self) -> bool:
@@ -284,7 +289,11 @@ class RanksEvidence:
         if not candidates:
             raise SubmissionError(f"at step {t} of the two-process run no key-encoder forward "
                                   "ran on an image of the world batch")
-        keys = torch.stack([c.raw for c in candidates])  # [n, dim]
+        if form.normalize == "k-batch":  # each key as normalized within its own forward
+            keys = torch.stack([c.batch_normalized for c in candidates])  # [n, dim]
+            form = replace(form, normalize="k-raw")
+        else:
+            keys = torch.stack([c.raw for c in candidates])  # [n, dim]
         used = []
         for i in range(len(queries)):
             query = queries[i].expand_as(keys)
@@ -308,7 +317,8 @@ class RanksEvidence:
         overwriting puts them at one end)."""
         step = self.rank_step(t, rank)
         K = self.probe.K
-        vectors = [(c.slot, v) for c in self.candidates(t) for v in (c.normalized, c.raw)]
+        vectors = [(c.slot, v) for c in self.candidates(t)
+                   for v in (c.normalized, c.raw, c.batch_normalized) if v is not None]
         for r in range(self.world):
             for view, query in self.rank_step(t, r).queries.items():
                 vectors += [(self.slot_of_query(view, image), v)

@@ -53,6 +53,9 @@ _KIND_TEXT_BUILDER = {
                 "the raw output of encoder_k (the logits' positive used the normalized key)"),
     "key": ("the queue holds normalized keys while the logits used the raw ones",
             "the normalized key"),
+    "batch-normalized key": ("the queue holds keys normalized over the batch (dim=0) while "
+                             "the logits used them normalized each over its features",
+                             "the keys normalized over the batch (F.normalize(k, dim=0))"),
     UNKNOWN: ("the queue columns written are copies of no key",
               "a vector that matches no recorded key or query"),
 }
@@ -65,7 +68,8 @@ def _key_kind(ev: BuilderEvidence) -> str:
         fit = ev.logits
     except SubmissionError:
         return "key"
-    return "raw key" if fit.all_match and fit.form.normalize == "k-raw" else "key"
+    stored = {"k-raw": "raw key", "k-batch": "batch-normalized key"}
+    return stored.get(fit.form.normalize, "key") if fit.all_match else "key"
 
 
 ENTRIES_ARE_ARRIVAL_KEYS = check(

@@ -356,6 +356,11 @@ def i8_temperature_divides_logits_builder(ev: BuilderEvidence) -> str | None:
     the T the module was built with (``--temperature``; the module's ``self.T`` is only
     quoted, not trusted)."""
     fit, t = ev.logits, ev.temperature
+    if fit.all_match and fit.form.positive_t is not None:
+        fail("the positive and the negatives are divided by different temperatures",
+             where="fitted over every step",
+             expected=f"q·k⁺/T and q·queue/T, one T = {t:g}",
+             got=f"q·k⁺/{fit.form.positive_t:.4g} and q·queue/{fit.temperature:.4g}")
     if fit.temperature_fitted and fit.all_match:
         fitted = fit.temperature
         attribute = ev.module.get("attributes", {}).get("T")
@@ -464,8 +469,15 @@ def i8_embeddings_normalized_builder(ev: BuilderEvidence) -> str | None:
     fit = judgeable_logits(ev, "the normalization of q and k")
     if fit.form.normalize == "both":
         return None
-    which = "q" if fit.form.normalize == "q-raw" else "k"
     step = ev.steps[0]
+    if fit.form.normalize == "k-batch":
+        norms = torch.nn.functional.normalize(step.k.to(torch.float64), dim=0).norm(dim=1)
+        fail("k was normalized over the batch (dim=0), not each key over its features",
+             where=builder_where(0),
+             expected="k = F.normalize(encoder_k(im_k), dim=1), each key of norm 1",
+             got=f"F.normalize(k, dim=0): each feature of norm 1 over the batch, keys of norms "
+                 f"{fmt_values(norms, limit=3)}")
+    which = "q" if fit.form.normalize == "q-raw" else "k"
     raw = step.q if which == "q" else step.k
     fail(f"{which} was not L2-normalized", where=builder_where(0),
          expected=f"{which} = F.normalize(encoder_{which}(im_{which}), dim=1), of norm 1",

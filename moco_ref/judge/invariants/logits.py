@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from moco_ref.judge.invariants.loss import (
     FORM_TEXT,
+    PARAMETER_TEXT,
     REFERENCE_FORM,
     LossForm,
     StepwiseFit,
@@ -42,15 +43,15 @@ LOGITS_TOLERANCE = 1e-4  # max-abs error relative to max(1, largest expected log
 BUILDER_FORM = replace(REFERENCE_FORM, mask="none")  # no ids: nothing to mask
 BUILDER_CHOICES: dict[str, tuple[str, ...]] = {
     "temperature": ("divide", "multiply", "positive-undivided"),
-    "normalize": ("both", "q-raw", "k-raw"),
+    "normalize": ("both", "q-raw", "k-raw", "k-batch"),
     "negatives": ("before", "after"),
 }
 
 
 def describe_logits_form(form: LossForm) -> str:
     """What ``form`` computes, in words (the mask, absent without ids, is not mentioned)."""
-    changed = [FORM_TEXT[(name, value)] for name, value in form.differences().items()
-               if name != "mask"]
+    changed = [PARAMETER_TEXT[name](value) if name in PARAMETER_TEXT else FORM_TEXT[(name, value)]
+               for name, value in form.differences().items() if name != "mask"]
     return "; ".join(changed) if changed else "the reference logits [q·k⁺, q·queue]/T"
 
 
@@ -71,7 +72,7 @@ def expected_logits(form: LossForm, step: StepLogits, temperature: float) -> tor
     if form.normalize != "q-raw":
         q = F.normalize(q, dim=1)
     if form.normalize != "k-raw":
-        k = F.normalize(k, dim=1)
+        k = F.normalize(k, dim=0 if form.normalize == "k-batch" else 1)
     negatives = step.negatives[form.negatives].to(torch.float64)
     logits, _ = form_logits(form, q, k, negatives, None, None, temperature)
     return logits
@@ -183,10 +184,43 @@ def identify_logits_form(
         if candidate.temperature != "divide":
             continue
         t = fit_temperature(candidate, steps)
-        if t is None:
+        if t is not None:
+            t = float(f"{t:.6g}")
+            fitted = LogitsFit(candidate, t, form_errors(candidate, steps, t), tolerance, True)
+            if score(fitted.errors, candidate) > score(best.errors, best.form):
+                best = fitted
+        if best.all_match:
             continue
-        t = float(f"{t:.6g}")
-        fitted = LogitsFit(candidate, t, form_errors(candidate, steps, t), tolerance, True)
-        if score(fitted.errors, candidate) > score(best.errors, best.form):
-            best = fitted
+        apart = _apart_temperatures(candidate, steps, temperature)
+        if apart is not None:
+            form, t = apart
+            fitted = LogitsFit(form, t, form_errors(form, steps, t), tolerance, t != temperature)
+            if score(fitted.errors, form) > score(best.errors, best.form):
+                best = fitted
     return best
+
+
+def _apart_temperatures(form: LossForm, steps: Sequence[StepLogits],
+                        temperature: float) -> tuple[LossForm, float] | None:
+    """``(form with positive_t, the negatives' T)``: the positive column and the negative
+    columns each divided by a T of its own, fitted in closed form on each (the given T kept
+    where it fits); None when either cannot be fitted or they agree."""
+    sums = [[0.0, 0.0], [0.0, 0.0]]  # [positive, negatives] × [observed·raw, raw·raw]
+    for step in steps:
+        if not bool(torch.isfinite(step.logits).all()):
+            return None
+        raw = expected_logits(form, step, 1.0)
+        if raw.shape != step.logits.shape or raw.shape[1] < 2:
+            return None
+        observed, raw = _canonical(step.logits), _canonical(raw)
+        for part, columns in ((0, slice(0, 1)), (1, slice(1, None))):
+            sums[part][0] += float((observed[:, columns] * raw[:, columns]).sum())
+            sums[part][1] += float((raw[:, columns] ** 2).sum())
+    if any(numerator <= 0.0 or denominator == 0.0 for numerator, denominator in sums):
+        return None
+    t_positive, t_negatives = (float(f"{d / n:.4g}") for n, d in sums)
+    if math.isclose(t_negatives, temperature, rel_tol=1e-3):
+        t_negatives = temperature
+    if math.isclose(t_positive, t_negatives, rel_tol=1e-3):
+        return None
+    return replace(form, positive_t=t_positive), t_negatives

@@ -40,11 +40,13 @@ A *form* fixes eight independent choices; the reference's form is the first of e
                         negatives, q·qᵀ with the query's own column hidden)
 ======================  ====================================================================
 
-Four more choices are numbers, fitted when no combination of the above explains every step
+Five more choices are numbers, fitted when no combination of the above explains every step
 (``None``: the reference's): ``queue_t`` and ``warmup_t``, the divisor of one branch's logits
 when it is not the T of the other (one branch divided by another temperature, or scaled by a
 constant); ``scale``, a constant the loss is multiplied by (divided by a count); ``newest``,
-how many of the newest queued keys serve as negatives when not all of them do.
+how many of the newest queued keys serve as negatives when not all of them do;
+``positive_t``, the positive logit's divisor when it is not the negatives' (fitted on a
+builder module's returned logits, ``logits.py``).
 
 A form is fitted over all steps, and where it does not explain a step, per step
 (``loss_diagnosis``): a rule that changes with the queue (the mask only once the queue is
@@ -99,6 +101,7 @@ class LossForm:
     warmup_t: float | None = None  # the in-batch branch's divisor, when not the given T
     scale: float | None = None  # the loss multiplied by this
     newest: int | None = None  # only the newest this many queued keys are negatives
+    positive_t: float | None = None  # the positive's divisor, when not the negatives' T
 
     def differences(self) -> dict[str, str | float | int]:
         """``{factor: value}`` for every choice that is not the reference's."""
@@ -126,6 +129,8 @@ PARAMETER_TEXT = {
                           "instead of T",
     "scale": lambda v: f"the loss multiplied by {v:.4g} (divided by {1 / v:.4g})",
     "newest": lambda v: f"only the newest {v} queued keys used as negatives",
+    "positive_t": lambda v: f"the positive divided by {divisor_text(v)}, not by the negatives' "
+                            "temperature",
 }
 
 
@@ -254,6 +259,8 @@ def form_logits(
     if rule in ("positive-undivided", "negatives-undivided"):
         divided = positive if rule == "positive-undivided" else positive / temperature
         logits = torch.cat([divided, logits[:, 1:]], dim=1)
+    if form.positive_t is not None:
+        logits = torch.cat([positive / form.positive_t, logits[:, 1:]], dim=1)
     if form.mask == "positive-too":
         logits = torch.cat([torch.full_like(positive, MASKED_POSITIVE), logits[:, 1:]], dim=1)
     if form.extra == "queries":
