@@ -155,18 +155,13 @@ DICTIONARY = ("I2", "I3", "I4")  # the queue's entries, its FIFO, its mask
 
 def disabled_families(result: CheckResult) -> tuple[str, ...]:
     """The families a failed check's failure disables (see the module's docstring): those it
-    names in ``details["disables"]``, else the two known rules; none for another failure."""
+    names in ``details["disables"]`` (the check that judged the failure decides); none for
+    another failure."""
     if result.status is not Status.FAILED:
         return ()
-    details = result.details or {}
-    named = details.get("disables")
+    named = (result.details or {}).get("disables")
     if isinstance(named, (list, tuple)):
         return tuple(f for f in FAMILIES if f in named and f != result.family)
-    if result.check_id == "I8-empty-queue-in-batch":
-        steps, losses = details.get("steps"), details.get("loss_submission")
-        if isinstance(steps, list) and isinstance(losses, list) and len(losses) > 1 \
-                and set(range(1, len(losses))) <= set(steps):
-            return DICTIONARY  # in-batch negatives at every step: the queue never read
     return ()
 
 

@@ -519,10 +519,13 @@ def i8_empty_queue_in_batch_lab(ev: LabEvidence) -> str | None:
     fault = factor_fault(diagnosis, [t for t in steps if t > 0], "branch", ("in-batch",))
     if fault:
         held = len(ev.loss_inputs[fault[0]].negatives["before"][1])
+        never_read = set(range(1, len(ev.steps))) <= set(fault[1])
         fail_factor(ev, diagnosis, fault, "branch",
                     "the in-batch (warm-up) branch was used although the queue holds keys",
                     expected=f"the {held} queued keys as negatives, [q·k⁺, q·queueᵀ]/T",
-                    got="in-batch logits q·kᵀ/T, the queue unused")
+                    got="in-batch logits q·kᵀ/T, the queue unused",
+                    # the queue never read as negatives: the dictionary's families are dead
+                    details={"disables": ["I2", "I3", "I4"]} if never_read else None)
     return judgeable_loss_note(diagnosis, steps, len(ev.steps))
 
 
