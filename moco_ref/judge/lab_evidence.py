@@ -91,6 +91,23 @@ def _padded(keys: torch.Tensor, ids: torch.Tensor, capacity: int):
             torch.cat([ids, ids.new_full((missing,), -1)]))
 
 
+def _slots_of_one_buffer(positions, ids, id_rule, capacity, batches,
+                         batch_ids) -> torch.Tensor | None:
+    """The arrivals ``[n]`` the queue's slots were filled with, when its ids ``[n]`` kept
+    ``id_rule`` and its entries ``positions`` ``[n]`` are what views of one reused buffer show
+    (``through_one_buffer``) after the arrival ``batches`` (with their ``batch_ids``); None
+    otherwise."""
+    if id_rule not in QUEUE_RULES or not bool((positions >= 0).all()):
+        return None
+    slots = queue_contents(id_rule, batches, capacity)[-1]
+    if slots.shape != positions.shape or torch.equal(slots, positions):
+        return None
+    if not torch.equal(torch.cat(batch_ids).to(torch.int64)[slots], ids):
+        return None
+    shown = through_one_buffer(slots, batches, len(batches))
+    return slots if torch.equal(shown, positions) else None
+
+
 def _unit_norm_p(entries: torch.Tensor) -> float | None:
     """The p of ``NORMS_NAMED`` for which every row of ``entries`` ``[n, d]`` has norm 1 (None:
     no such p; the entries are the keys at some other length)."""
@@ -568,7 +585,8 @@ class LabEvidence:
         counted = [k for k in kinds if k in STORED_KINDS]
         stored = max(STORED_KINDS, key=counted.count) if counted else "key"
         shown = None
-        slots = self._slots_of_one_buffer(positions, ids, id_rule, rule_capacity)
+        slots = _slots_of_one_buffer(positions, ids, id_rule, rule_capacity, positions_per_step,
+                                     arrival_ids)
         if key_rule is None and slots is not None:
             # the ids kept a queue rule, the keys show later batches: one reused buffer
             shown = positions
@@ -593,23 +611,6 @@ class LabEvidence:
             norm_p=norm_p,
             shown=shown,
         )
-
-    def _slots_of_one_buffer(self, positions, ids, id_rule, capacity) -> torch.Tensor | None:
-        """The arrivals ``[n]`` the queue's slots were filled with, when its ids kept
-        ``id_rule`` and its entries ``positions`` ``[n]`` are what views of one reused buffer
-        show (``through_one_buffer``); None otherwise."""
-        if id_rule not in QUEUE_RULES or not bool((positions >= 0).all()):
-            return None
-        steps = self.steps
-        batches = arrival_numbers([len(s.ids) for s in steps])
-        slots = queue_contents(id_rule, batches, capacity)[-1]
-        flat_ids = torch.cat([s.ids for s in steps]).to(torch.int64)
-        if slots.shape != positions.shape or torch.equal(slots, positions):
-            return None
-        if not torch.equal(flat_ids[slots], ids):
-            return None
-        shown = through_one_buffer(slots, batches, len(steps))
-        return slots if torch.equal(shown, positions) else None
 
     def require_entries(self, what: str) -> QueueAnalysis:
         """The queue analysis; ``NotExercised`` (not judged, never passed) when the queue

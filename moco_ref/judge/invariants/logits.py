@@ -112,9 +112,11 @@ def form_errors(form: LossForm, steps: Sequence[StepLogits], temperature: float)
     return [logits_error(s.logits, expected_logits(form, s, temperature)) for s in steps]
 
 
-def fit_temperature(form: LossForm, steps: Sequence[StepLogits]) -> float | None:
-    """Least-squares T with ``observed ≈ (logits of form at T = 1) / T`` (``form`` divides);
-    None when the logits carry no information or T would not be positive."""
+def fit_temperature(form: LossForm, steps: Sequence[StepLogits],
+                    columns: slice = slice(None)) -> float | None:
+    """Least-squares T with ``observed ≈ (logits of form at T = 1) / T`` (``form`` divides)
+    over the logits' ``columns`` (canonical order: the positive, then the sorted negatives);
+    None when they carry no information or T would not be positive."""
     numerator = denominator = 0.0
     for step in steps:
         if not bool(torch.isfinite(step.logits).all()):
@@ -122,7 +124,7 @@ def fit_temperature(form: LossForm, steps: Sequence[StepLogits]) -> float | None
         raw = expected_logits(form, step, 1.0)
         if raw.shape != step.logits.shape:
             return None
-        observed, raw = _canonical(step.logits), _canonical(raw)
+        observed, raw = _canonical(step.logits)[:, columns], _canonical(raw)[:, columns]
         numerator += float((observed * raw).sum())
         denominator += float((raw * raw).sum())
     if denominator == 0.0 or numerator <= 0.0:
@@ -205,20 +207,10 @@ def _apart_temperatures(form: LossForm, steps: Sequence[StepLogits],
     """``(form with positive_t, the negatives' T)``: the positive column and the negative
     columns each divided by a T of its own, fitted in closed form on each (the given T kept
     where it fits); None when either cannot be fitted or they agree."""
-    sums = [[0.0, 0.0], [0.0, 0.0]]  # [positive, negatives] × [observed·raw, raw·raw]
-    for step in steps:
-        if not bool(torch.isfinite(step.logits).all()):
-            return None
-        raw = expected_logits(form, step, 1.0)
-        if raw.shape != step.logits.shape or raw.shape[1] < 2:
-            return None
-        observed, raw = _canonical(step.logits), _canonical(raw)
-        for part, columns in ((0, slice(0, 1)), (1, slice(1, None))):
-            sums[part][0] += float((observed[:, columns] * raw[:, columns]).sum())
-            sums[part][1] += float((raw[:, columns] ** 2).sum())
-    if any(numerator <= 0.0 or denominator == 0.0 for numerator, denominator in sums):
+    fitted = [fit_temperature(form, steps, columns) for columns in (slice(0, 1), slice(1, None))]
+    if None in fitted:
         return None
-    t_positive, t_negatives = (float(f"{d / n:.4g}") for n, d in sums)
+    t_positive, t_negatives = (float(f"{t:.4g}") for t in fitted)
     if math.isclose(t_negatives, temperature, rel_tol=1e-3):
         t_negatives = temperature
     if math.isclose(t_positive, t_negatives, rel_tol=1e-3):
