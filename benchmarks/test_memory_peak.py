@@ -10,6 +10,11 @@ What is measured depends on the torch build installed: the README's venv gets th
 from the package registry (its libraries allocate ~140 MB more per process at import: e.g.
 libcublasLt's 81 MB of zeroed static data), while the autograder's ``setup.sh`` installs
 the CPU build, as Gradescope's image has it. ``torch_build`` in ``extra_info`` says which.
+
+The budget itself is held by ``test_autograder_run_fits_the_platform_box``, which needs the CPU
+build: ``tox -e memory`` installs it (the CPU wheel on this machine's disk) and runs that test on
+both rungs of the isolation ladder, bwrap and the confined rung of a simulated default
+container. Under the CUDA build it is skipped with the figure it measured, never passed.
 """
 
 from __future__ import annotations
@@ -36,6 +41,12 @@ def _torch_build() -> str:
     import torch
 
     return f"torch {torch.__version__} ({'CUDA' if torch.version.cuda else 'CPU'} build)"
+
+
+def _cuda_build() -> bool:
+    import torch
+
+    return bool(torch.version.cuda)
 
 
 def _autograder_root(folder: Path, submission: Path) -> Path:
@@ -81,3 +92,33 @@ def test_grade_peak(benchmark, kind):
     assert peak.returncode == 0, peak.output[-2000:]
     assert "full marks" in peak.output
     print(f"\n{kind}: {memory_peak.render(peak)}")
+
+
+RUNGS = {
+    "bwrap": [],
+    "confined": [sys.executable, "-m", "moco_ref.tools.default_container", "--"],
+}
+
+
+@pytest.mark.parametrize("rung", sorted(RUNGS))
+@pytest.mark.parametrize("kind", sorted(EXAMPLES))
+def test_autograder_run_fits_the_platform_box(tmp_path, kind, rung):
+    """One ``gradescope run`` peaks under 600 MB of PSS over its whole process tree, with the
+    torch build the autograder installs (CPU), on either rung: bwrap, or the confined rung of
+    a container that refuses namespaces (``tools/default_container``)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the sandbox's processes run as another host uid")
+    root = _autograder_root(tmp_path / "autograder", EXAMPLES[kind])
+    command = [*RUNGS[rung], sys.executable, "-m", "moco_ref.cli", "gradescope", "run",
+               "--root", str(root)]
+    env = dict(os.environ, MOCO_REF_ISOLATION=rung)
+    peak = memory_peak.measure(command, env=env)
+    assert peak.returncode == 0, peak.output[-2000:]
+    results = (root / "results" / "results.json").read_text()
+    assert '"score": 100.0' in results, results[:2000]
+    figure = f"{kind} on {rung}: {memory_peak.render(peak)}"
+    print(f"\n{figure}")
+    if _cuda_build():
+        pytest.skip(f"{_torch_build()}: the autograder installs the CPU build (tox -e memory); "
+                    f"measured {peak.total_mb:.0f} MB")
+    assert peak.total_mb < BUDGET_MB, figure

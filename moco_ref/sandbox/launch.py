@@ -48,6 +48,14 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+def _covered_between(path: str, folder: str, cover: list[str]) -> bool:
+    """Whether a covered folder lies at or below ``folder`` and above ``path``: binding
+    ``folder`` (recursively, after the covers) brings that cover along, so ``path`` must be
+    bound again on top of it."""
+    return any(_inside(covered, folder) and _inside(path, covered) and path != covered
+               for covered in cover)
+
+
 def cover_and_reveal(cover: list[str], reveal: list[str]) -> None:
     """Step 1 above."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -55,7 +63,8 @@ def cover_and_reveal(cover: list[str], reveal: list[str]) -> None:
     _call(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
     held = []  # every revealed path, opened before anything covers it
     for path in sorted(set(reveal), key=len):
-        if any(_inside(path, done) for done, _, _ in held):
+        if any(_inside(path, done) and not _covered_between(path, done, cover)
+               for done, _, _ in held):
             continue  # bound with a folder above it
         held.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC), os.path.isdir(path)))
     for folder in sorted(set(cover), key=len):

@@ -6,6 +6,8 @@ tmpfs and shared memory counts against its memory budget."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -371,6 +373,29 @@ def test_the_launch_plan_reveals_only_what_bwrap_binds_below_a_closed_folder(ope
     (closed / "python").chmod(0o700)  # a bound folder the sandbox could not read itself
     with pytest.raises(bwrap.HostUserUnavailable, match="not readable by the sandbox"):
         bwrap.launch_command(args, 61000, 61000)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="covering a folder needs root's mounts")
+def test_a_revealed_folder_that_is_itself_covered_still_shows_what_is_revealed_inside_it(
+        open_folder):
+    """A closed folder revealed whole (the grader's checkout's entries) and covered (it holds a
+    Python folder: a tox env) shows the Python folder, and nothing else of it: revealing the
+    whole folder recursively brings its own cover along, so what lies inside is bound again."""
+    closed = open_folder / "closed"
+    (closed / "env" / "bin").mkdir(parents=True)
+    (closed / "env" / "bin" / "python").write_text("the interpreter")
+    (closed / "secret.txt").write_text("the grader's")
+    closed.chmod(0o700)
+    script = (f"import json, os, sys; sys.path.insert(0, {str(bwrap.LAUNCHER.parent)!r}); "
+              "import launch; "
+              f"launch.cover_and_reveal([{str(closed)!r}], [{str(closed)!r}, "
+              f"{str(closed / 'env')!r}]); "
+              f"print(json.dumps(sorted(os.listdir({str(closed)!r}))), "
+              f"open({str(closed / 'env' / 'bin' / 'python')!r}).read())")
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split(None, 1) == ['["env"]', "the interpreter\n"], shown.stdout
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the grader picks a host uid only as root")
