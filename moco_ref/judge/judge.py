@@ -65,7 +65,7 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
         elif deadline is not None and time.monotonic() > deadline:
             results.append(_result(spec, Status.ERROR, OUT_OF_TIME))
         else:
-            results.append(run_check(spec, style, evidence, crashes))
+            results.append(_timed(run_check, spec, style, evidence, crashes))
     if evidence is not None and style == "lab":
         results = _with_short_run(results, observations, style, options, deadline)
     results = _with_points(results, style, options)
@@ -109,13 +109,22 @@ def _with_short_run(results: list[CheckResult], observations: dict, style: str,
         spec = specs.get(result.check_id)
         if (result.status is Status.PASSED and spec is not None
                 and (deadline is None or time.monotonic() <= deadline)):
-            again = run_check(spec, style, evidence)
+            again = _timed(run_check, spec, style, evidence)
+            seconds = result.seconds + again.seconds
             if again.status is Status.FAILED:
                 message = SHORT_RUN.format(n_train=probe.n_train, epochs=probe.epochs)
                 result = replace(again, message=message + again.message,
                                  details={**again.details, "run": "short"})
+            result = replace(result, seconds=round(seconds, 6))
         merged.append(result)
     return merged
+
+
+def _timed(run, spec: CheckSpec, *args) -> CheckResult:
+    """``run(spec, *args)``, with the seconds it took in the result."""
+    start = time.perf_counter()
+    result = run(spec, *args)
+    return replace(result, seconds=round(time.perf_counter() - start, 6))
 
 
 def _with_points(results: list[CheckResult], style: str,

@@ -25,6 +25,8 @@ class CheckResult:
     status: Status
     message: str = ""  # names the misconception and shows the evidence when not passed
     details: dict = field(default_factory=dict)  # machine-readable evidence
+    # the grader's own seconds judging this check (JUnit's per-test time; not its verdict)
+    seconds: float = field(default=0.0, compare=False)
 
     @property
     def points(self) -> float:
@@ -41,7 +43,7 @@ class CheckResult:
         """The result ``to_dict`` wrote (``points`` is recomputed, not read)."""
         return cls(data["check_id"], data["title"], data["family"], float(data["max_points"]),
                    Status(data["status"]), data.get("message", ""),
-                   dict(data.get("details") or {}))
+                   dict(data.get("details") or {}), _seconds(data.get("seconds")))
 
 
 @dataclass
@@ -104,3 +106,12 @@ class SubmissionReport:
             isolation=str(data.get("isolation", "")),
             grader_trouble=str(data.get("grader_trouble", "")),
         )
+
+
+def _seconds(value) -> float:
+    """A recorded judging time, or 0 where a report (an older cache entry) has none."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return seconds if 0.0 <= seconds < 1e6 else 0.0

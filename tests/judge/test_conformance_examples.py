@@ -41,6 +41,8 @@ def test_example_verdict(entry):
     applicable = {spec.check_id for spec in all_checks(entry["style"])}
     assert {r.check_id for r in results if r.status is not Status.NOT_APPLICABLE} <= applicable
     failed = not_passed_families(results)
+    judged = [r for r in results if r.status in (Status.PASSED, Status.FAILED)]
+    assert judged and all(r.seconds > 0 for r in judged)  # JUnit's per-test time is real
     failed_checks = sorted(r.check_id for r in results if r.status is Status.FAILED)
     assert failed_checks == entry["expected_failed_checks"], (
         f"{entry['bug']}\nexpected to fail {entry['expected_failed_checks']}, "

@@ -34,7 +34,8 @@ def _graded() -> SubmissionReport:
         style="lab",
         gradable=True,
         results=[
-            CheckResult("I1-key-grads-none", "key grads stay None", "I1", 2, Status.PASSED),
+            CheckResult("I1-key-grads-none", "key grads stay None", "I1", 2, Status.PASSED,
+                        seconds=0.0421),
             CheckResult("I3-fifo-keeps-newest", "FIFO drops the oldest", "I3", 3, Status.FAILED,
                         FIFO_MESSAGE, {"expected": [3, 4, 7, 8], "loss": float("nan")}),
             CheckResult("I6-orders", "step orders agree", "I6", 2, Status.TIMEOUT, "too slow"),
@@ -121,6 +122,8 @@ def test_junit_xml_parses_and_maps_statuses(tmp_path):
     alice, bob = root.findall("testsuite")
     cases = {case.get("name"): case for case in alice.findall("testcase")}
     assert list(cases["I1-key-grads-none"]) == []
+    assert cases["I1-key-grads-none"].get("time") == "0.042"  # the grader's time judging it
+    assert alice.get("time") == "8.250"
     failure = cases["I3-fifo-keeps-newest"].find("failure")
     assert failure.get("message") == FIFO_MESSAGE and "rerun: moco-ref grade" in failure.text
     assert cases["I6-orders"].find("error").get("type") == "timeout"
@@ -129,6 +132,17 @@ def test_junit_xml_parses_and_maps_statuses(tmp_path):
     properties = {p.get("name"): p.get("value") for p in alice.find("properties")}
     assert properties["inferred.m"] == "0.95" and properties["score"] == "2"
     assert "tensorflow" in bob.find("testcase/error").text
+
+
+def test_a_check_s_judging_time_survives_the_report_s_round_trip():
+    report = _graded()
+    again = SubmissionReport.from_dict(json.loads(json.dumps(report.to_dict())))
+    assert [r.seconds for r in again.results] == [0.0421, 0.0, 0.0, 0.0]
+    older = report.to_dict()
+    for result in older["results"]:  # a cache entry written before the field existed
+        result.pop("seconds")
+    older["results"][1]["seconds"] = "soon"  # or one a hand edited
+    assert [r.seconds for r in SubmissionReport.from_dict(older).results] == [0.0] * 4
 
 
 def test_gradescope_results_schema(tmp_path):
