@@ -70,9 +70,11 @@ class BatchResult:
 
 def comparable(report: SubmissionReport) -> dict:
     """The report without what may change between two gradings of the same submission: the
-    wall time (and nothing else)."""
+    wall time and each check's judging time (and nothing else)."""
     data = report.to_dict()
     data.pop("wall_seconds", None)
+    for result in data.get("results", ()):
+        result.pop("seconds", None)
     return data
 
 
