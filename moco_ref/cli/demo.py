@@ -85,4 +85,4 @@ def _print_scoreboard(rows: list[tuple[str, ...]]) -> None:
     styles = ["green" if row[-1] == "as expected" else "bold red" for row in rows]
     print_table("moco-ref demo: example submissions",
                 ("example", "bug", "expected", "actual", "verdict"), rows,
-                no_wrap=("expected", "verdict"), styles=styles)
+                no_wrap=("verdict",), styles=styles)

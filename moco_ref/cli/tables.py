@@ -32,7 +32,10 @@ def print_verdict_line(below: list[str], total: int, minimum) -> None:
 
 def print_table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]], *,
                 no_wrap: tuple[str, ...] = (), styles: list[str | None] | None = None) -> None:
-    """One table: ``rows`` under ``headers``; ``styles`` colours the last cell of each row."""
+    """One table: ``rows`` under ``headers``; ``styles`` colours the last cell of each row.
+    A table wider than the report's width shares it out: each wrapping column in proportion
+    to its longest cell (the ``no_wrap`` columns keep their width), so no column shrinks to
+    an ellipsis while another holds a long text whole."""
     try:
         from rich.table import Table
         from rich.text import Text
@@ -43,11 +46,22 @@ def print_table(title: str, headers: tuple[str, ...], rows: list[tuple[str, ...]
             print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
         return
     console = report_console()
-    table = Table(title=title)
-    for header in headers:
-        table.add_column(header, no_wrap=header in no_wrap)
-    for number, row in enumerate(rows):
-        style = styles[number] if styles else None
-        cells = [Text(cell) for cell in row[:-1]] + [Text(row[-1], style=style or "")]
-        table.add_row(*cells)
-    console.print(table)
+
+    def table(fitted: bool) -> Table:
+        made = Table(title=title, expand=fitted)
+        for index, header in enumerate(headers):
+            if header in no_wrap or not fitted:
+                made.add_column(header, no_wrap=header in no_wrap)
+                continue
+            longest = max([len(header), *(len(row[index]) for row in rows)])
+            made.add_column(header, ratio=max(1, min(longest, 60)), overflow="fold",
+                            min_width=min(longest, 8))
+        for number, row in enumerate(rows):
+            style = styles[number] if styles else None
+            made.add_row(*[Text(cell, overflow="fold") for cell in row[:-1]],
+                         Text(row[-1], style=style or ""))
+        return made
+
+    natural = table(fitted=False)
+    fits = console.measure(natural).maximum <= console.width
+    console.print(natural if fits else table(fitted=True))

@@ -160,7 +160,7 @@ def scoreboard_rows(outcomes: list[DemoOutcome], root: Path) -> list[tuple[str, 
     for outcome in outcomes:
         example = outcome.example
         try:
-            name = str(example.path.relative_to(root))
+            name = str(example.path.resolve().relative_to(root.resolve()))
         except ValueError:
             name = str(example.path)
         rows.append(

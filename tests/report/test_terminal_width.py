@@ -116,3 +116,32 @@ def test_grade_piped_prints_80_columns_and_tells_a_crash_once():
     assert run.stdout.count("not run") == 1 and run.stdout.count("not applicable") == 1
     assert "not applicable: 6 checks (does not apply to lab submissions)" in run.stdout
     assert "contract-returns-seven-values" in run.stdout
+
+
+def test_the_demo_scoreboard_piped_shares_80_columns_and_keeps_every_name_whole(
+        tmp_path, capsys, monkeypatch):
+    """The adversarial manifest's long bug texts once squeezed the example and bug columns to
+    two characters each ("/…", "t…"): a table wider than the report wraps every text column
+    in proportion and folds a file name rather than cutting it, and names the examples
+    relative to their manifest even when it was given as a relative path."""
+    from moco_ref.cli.demo import _print_scoreboard
+    from moco_ref.run.demo import DemoOutcome, Example, scoreboard_rows
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus").mkdir()
+    names = ["two_styles_deletes_train_moco.py", "recognises_the_probe_by_train.py"]
+    bug = ("LAB entry points with the I4 bug beside a correct MoCo class; deletes train_moco "
+           "at import to be detected as builder: the style is read from the source")
+    outcomes = [DemoOutcome(Example((tmp_path / "corpus" / name).resolve(), "lab", True,
+                                    ("contract", "I1", "I2", "I3", "I4", "I6", "I7", "I8", "I9"),
+                                    bug=bug), _crashed_report(name)) for name in names]
+    _print_scoreboard(scoreboard_rows(outcomes, tmp_path.joinpath("corpus").relative_to(
+        tmp_path)))
+    shown = capsys.readouterr().out
+    assert not _too_wide(shown), _too_wide(shown)
+    lines = shown.splitlines()
+    first_column = ["".join(line.split("│")[1].split()) for line in lines if "│" in line]
+    assert "".join(first_column) == "".join(names)  # each name whole, folded, in order
+    words = " ".join(" ".join(line.split("│")[2].split()) for line in lines if "│" in line)
+    assert " ".join(bug.split()) in words  # the bug text whole, over several lines
