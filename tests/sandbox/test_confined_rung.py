@@ -236,6 +236,29 @@ def test_the_autograder_zip_grades_through_gradescope_run_inside_a_default_conta
     assert scores["bug_no_mask.py"][0] < scores["bug_no_mask.py"][1]
 
 
+# As uid 0 the kernel never enforces RLIMIT_NPROC, so the threads past the job's limit start
+# and the job watch, which counts them, stops the job: the attacker loses its own training
+# checks instead of only I4. The rung says so in doctor's "not protected" line (below).
+STOPPED_BY_THE_WATCH_AS_ROOT = {"thread_swarm.py": "processes and threads together"}
+
+
+def _not_as_expected(examples: list[dict], home_closed: bool) -> list[str]:
+    """The examples whose verdict is not the manifest's, but for an attack the uid-0 rung
+    documents, and then only when its report shows the watch's stop and nothing else."""
+    wrong = []
+    for example in examples:
+        if example["as_expected"]:
+            continue
+        name = Path(example["example"]).name
+        words = STOPPED_BY_THE_WATCH_AS_ROOT.get(name) if home_closed else None
+        results = example["report"]["results"]
+        not_passed = [r for r in results if r["status"] not in ("passed", "not applicable")]
+        if words and not_passed and all(words in r["message"] for r in not_passed):
+            continue
+        wrong.append(f"{name}: expected {example['expected']}, got {example['actual']}")
+    return wrong
+
+
 @pytest.mark.slow
 @needs_root
 @needs_landlock
@@ -243,15 +266,38 @@ def test_the_autograder_zip_grades_through_gradescope_run_inside_a_default_conta
 def test_the_adversarial_corpus_holds_inside_a_default_container(home_closed):
     """Every bundled attack gets its expected verdict on the confined rung too, with a uid
     per job (Python readable by all, as in a usual image) and as uid 0 without capabilities
-    (Python in root's home)."""
+    (Python in root's home), where the one attack on root's unenforced process limit may
+    instead be stopped by the job watch, as doctor's "not protected" line says."""
     done = subprocess.run(default_container.command(
-        [sys.executable, "-m", "moco_ref.cli", "demo", "--manifest",
+        [sys.executable, "-m", "moco_ref.cli", "demo", "--json", "--manifest",
          str(ROOT / "examples" / "adversarial" / "manifest.json")], home_closed=home_closed),
         capture_output=True, text=True, timeout=1800, cwd=ROOT)
-    tail = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
-    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
-    found = re.search(r"(\d+)/(\d+) verdicts as expected", tail)
-    assert found and found.group(1) == found.group(2), tail
+    assert done.returncode in (0, 1), done.stderr[-5000:]
+    examples = json.loads(done.stdout)["examples"]
+    assert len(examples) == len(json.loads(
+        (ROOT / "examples" / "adversarial" / "manifest.json").read_text())["submissions"])
+    assert not _not_as_expected(examples, home_closed), _not_as_expected(examples, home_closed)
+    if home_closed:
+        doctor = subprocess.run(default_container.command(
+            [sys.executable, "-m", "moco_ref.cli", "doctor"], home_closed=True),
+            capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert "root's process limit is not enforced" in doctor.stdout, doctor.stdout[-2000:]
+
+
+def test_only_the_documented_attack_may_be_stopped_by_the_watch_as_root():
+    """The allowance above is narrow: another example, or the thread swarm failing for
+    another reason, or on the rung with a uid per job, is still a wrong verdict."""
+    stopped = {"example": "x/thread_swarm.py", "as_expected": False, "expected": "fails I4",
+               "actual": "failed contract, I1 ...", "report": {"results": [
+                   {"status": "error", "message": "the job went over a limit (processes: the "
+                    "job ran more than its 256 processes and threads together)"},
+                   {"status": "passed", "message": ""}]}}
+    assert _not_as_expected([stopped], home_closed=True) == []
+    assert _not_as_expected([stopped], home_closed=False)
+    other = {**stopped, "example": "x/memfd_hoard.py"}
+    assert _not_as_expected([other], home_closed=True)
+    crashed = {**stopped, "report": {"results": [{"status": "error", "message": "KeyError"}]}}
+    assert _not_as_expected([crashed], home_closed=True)
 
 
 SNOOP = r'''
