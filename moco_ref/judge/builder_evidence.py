@@ -46,6 +46,7 @@ from moco_ref.judge.invariants.logits import (
     logits_error,
     paired_as_used,
 )
+from moco_ref.judge.invariants.returned_loss import ReturnedLossFit, fit_returned_loss
 from moco_ref.judge.ranks_evidence import RanksEvidence
 from moco_ref.probe import schema
 from moco_ref.probe.builder import (
@@ -240,6 +241,27 @@ class BuilderEvidence:
         if not steps:
             raise SubmissionError("the module was built but no training step was recorded")
         return steps
+
+    @cached_property
+    def returned_loss(self) -> ReturnedLossFit | None:
+        """When ``forward`` returns a loss of its own: how it relates to the cross-entropies
+        of the logits the module made (``invariants.returned_loss``); None when it returns
+        logits, which the probe's loop turns into the loss itself."""
+        losses, cross_entropies = [], []
+        for step in self.require_run()["steps"]:
+            if not step.get("loss_returned") or not isinstance(step.get("loss"), float):
+                return None
+            pairs = [(p["logits"], p["labels"]) for p in step["pairs"]] if step.get(
+                "pairs") else [(step["logits"], step["labels"])]
+            try:
+                with torch.no_grad():
+                    cross_entropies.append([float(torch.nn.functional.cross_entropy(
+                        logits.to(torch.float64), labels.to(torch.int64)))
+                        for logits, labels in pairs])
+            except Exception:  # noqa: BLE001 - malformed logits: the logits checks name them
+                return None
+            losses.append(step["loss"])
+        return fit_returned_loss(losses, cross_entropies) if losses else None
 
     def _aligned(self, event: schema.BuilderForward, view: int, t: int, who: str) -> torch.Tensor:
         """The event's output rows put back in the order of the step's images."""

@@ -24,6 +24,10 @@ QUERY_VIEW, KEY_VIEW = 0, 1  # the views a traced row comes from: im_q, im_k
 VIEW_NAMES = ("im_q", "im_k")
 BATCH_SPLITS = 8  # every probe batch divides into 1, 2, 4 or 8 split-BatchNorm slices
 BATCH_CHOICES = (8, 16)  # the batches a course key draws from (multiples of BATCH_SPLITS)
+# dims a course key draws from: never WIDTH, never a number of keys one enqueue can bring (a
+# batch, both views' keys of a symmetric module, a world batch: multiples of BATCH_SPLITS),
+# so a module that counts its keys along the feature axis cannot pass by a coincidence
+DIM_CHOICES = (12, 28, 36)
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class BuilderProbe:
     BatchNorm (statistics per slice of the batch, as MoCo's CIFAR demos simulate several
     GPUs) need the batch to divide into their slices."""
 
-    dim: int = 16
+    dim: int = 12  # ≠ WIDTH, and no enqueue's number of keys (see DIM_CHOICES)
     K: int = 48
     batch: int = 8
     steps: int = 10
@@ -87,7 +91,7 @@ def default_builder_probe(options: GradeOptions) -> BuilderProbe:
         batch = draw.choice(BATCH_CHOICES)
         K = batch * draw.randint(5, 7)
         ragged_K = draw.choice([k for k in range(K // 2, K) if k % batch])
-        probe = replace(probe, dim=draw.choice((12, 16, 24)), batch=batch, K=K,
+        probe = replace(probe, dim=draw.choice(DIM_CHOICES), batch=batch, K=K,
                         steps=K // batch + draw.randint(3, 5), ragged_K=ragged_K,
                         ragged_steps=ragged_K // batch + 2,
                         seed=draw.randint(0, 2**31 - 1))

@@ -96,7 +96,11 @@ def test_a_wrong_inverse_permutation_is_named_query_by_query():
                      "I8-loss-matches-recomputation")
     assert result.status is Status.FAILED
     assert result.message.startswith("each query's positive is another image's key")
-    assert "query 0's positive is the key of image" in result.message
+    images = result.details["positive_images"]  # the image whose key each query got
+    wrong = [(query, image) for query, image in enumerate(images) if image != query]
+    assert wrong and sorted(images) == list(range(len(images)))  # a permutation, not the identity
+    query, image = wrong[0]
+    assert f"query {query}'s positive is the key of image {image}" in result.message
     assert "applied twice" in result.message
 
 

@@ -74,6 +74,18 @@ def test_a_course_s_builder_probe_keeps_the_official_module_s_assumptions(key):
     assert probe == default_builder_probe(GradeOptions(probe_key=key))
 
 
+@pytest.mark.parametrize("key", [None, *KEYS])
+def test_no_builder_probe_has_a_dim_equal_to_a_number_of_keys_one_enqueue_brings(key):
+    """A module that counts its keys along the feature axis (``keys.shape[1]``) passed when
+    the probe's dim was 16 and a symmetric module enqueued 2 · 8 keys a step: the dim is
+    never the batch, both views' keys, a world batch or both views' keys of one."""
+    probe = default_builder_probe(GradeOptions(probe_key=key))
+    world = probe.ranks * probe.ranks_batch
+    arrivals = {probe.batch, 2 * probe.batch, probe.ranks_batch, 2 * probe.ranks_batch,
+                world, 2 * world}
+    assert probe.dim not in arrivals and probe.dim not in (probe.K, probe.ragged_K)
+
+
 def test_the_secret_never_reaches_the_submission_and_the_rubric_stays_with_the_judge():
     options = GradeOptions(probe_key=probe_key_of("s3cret"), rubric=(("total", 50.0),))
     sent = options.for_the_probe().to_dict()

@@ -462,6 +462,24 @@ def _mlp_head_width(ev: BuilderEvidence, plain) -> None:
                      "features")
 
 
+# layers whose order in ``fc.modules()`` is their order in the forward when the only
+# container among them is nn.Sequential
+_SEQUENTIAL_LAYERS = frozenset({"Sequential", "Linear", "ReLU", "BatchNorm1d", "LayerNorm",
+                                "Dropout", "Identity"})
+
+
+def _relu_between_linears(kinds: list[str]) -> bool:
+    """Whether the head is Linear → ReLU → Linear: a ReLU and two Linears, and, where the
+    listed order is the forward's (a plain nn.Sequential), the ReLU after one Linear and
+    before another (a ReLU in front of both Linears leaves the head one linear map)."""
+    linears = [i for i, kind in enumerate(kinds) if kind == "Linear"]
+    if len(linears) < 2 or "ReLU" not in kinds:
+        return False
+    if not set(kinds) <= _SEQUENTIAL_LAYERS:  # a module of its own: its forward may reorder
+        return True
+    return any(kind == "ReLU" and linears[0] < i < linears[-1] for i, kind in enumerate(kinds))
+
+
 @BUILDER_MLP.judges('builder')
 def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
     """``MoCo(..., mlp=True)`` turns the last layer of both encoders into an MLP (MoCo v2:
@@ -487,10 +505,11 @@ def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
             got=f"{count['mlp']} parameters")
     for role in ("q", "k"):
         kinds = module.get(f"fc_{role}", [])
-        require("ReLU" in kinds and kinds.count("Linear") >= 2,
-                f"with mlp=True encoder_{role}.fc must be an MLP (Linear → ReLU → Linear)",
+        require(_relu_between_linears(kinds),
+                f"with mlp=True encoder_{role}.fc must be an MLP (Linear → ReLU → Linear): "
+                "without a ReLU between two Linear layers the head is one linear map",
                 expected="fc = nn.Sequential(nn.Linear(w, w), nn.ReLU(), fc)",
-                got=f"fc made of {kinds or 'nothing'}")
+                got=f"fc made of {' → '.join(kinds) if kinds else 'nothing'}")
     require(module.get("layout_k") == module.get("layout_q"),
             "with mlp=True encoder_k does not have encoder_q's parameters",
             expected="the same head on both encoders",

@@ -273,7 +273,32 @@ def i8_loss_matches_recomputation_builder(ev: BuilderEvidence) -> str | None:
              "(column 0)", where=builder_where(step.index),
              expected=f"labels {fmt_ids(zeros)} (zeros)",
              got=f"labels {fmt_ids(step.labels)}")
+    _judge_returned_loss(ev)
     return "matches " + describe_logits_form(fit.form)
+
+
+def _judge_returned_loss(ev: BuilderEvidence) -> None:
+    """A loss ``forward`` returns itself is what the query encoder trains on: it must be the
+    cross-entropy of the module's own logits (both halves' summed), up to one positive scale."""
+    loss = ev.returned_loss
+    if loss is None or loss.consistent:
+        return
+    halves = len(ev.steps[0].halves) == 2
+    weights = (" (fitted over the steps: " + " + ".join(
+        f"{w:g}·CE{i + 1}" for i, w in enumerate(loss.weights)).replace("+ -", "− ") + ")"
+        if loss.weights else "")
+    fail("the loss forward returns is not the cross-entropy of its logits "
+         + ("summed over both halves " if halves else "")
+         + "up to one positive scale: the query encoder is trained on another objective"
+         + (" (a half subtracted, dropped or weighted apart)" if halves else ""),
+         where=builder_where(loss.first_off),
+         expected=("c·(CE1 + CE2), one c > 0 for every step, CE1 and CE2 the cross-entropies "
+                   "of the two halves' logits" if halves else
+                   "c·CE of the returned logits, one c > 0 for every step"),
+         got=f"{loss.loss_off:.6g} where the cross-entropies are "
+             + " and ".join(f"{part:.6g}" for part in loss.parts_off)
+             + (f" (the steps before gave c = {loss.scale_before:.4g})"
+                if loss.scale_before is not None else "") + weights)
 
 
 @LOSS_MATCHES_RECOMPUTATION.judges('components')
