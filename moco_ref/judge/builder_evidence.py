@@ -26,7 +26,7 @@ from functools import cached_property
 import torch
 
 from moco_ref.judge.assertions import SubmissionCrashed, SubmissionError, at_step
-from moco_ref.judge.builder_record import recorded_pointer
+from moco_ref.judge.builder_record import pair_cross_entropies, recorded_pairs, recorded_pointer
 from moco_ref.judge.gaps import observed
 from moco_ref.judge.invariants import (
     ColumnTrace,
@@ -251,13 +251,8 @@ class BuilderEvidence:
         for step in self.require_run()["steps"]:
             if not step.get("loss_returned") or not isinstance(step.get("loss"), float):
                 return None
-            pairs = [(p["logits"], p["labels"]) for p in step["pairs"]] if step.get(
-                "pairs") else [(step["logits"], step["labels"])]
             try:
-                with torch.no_grad():
-                    cross_entropies.append([float(torch.nn.functional.cross_entropy(
-                        logits.to(torch.float64), labels.to(torch.int64)))
-                        for logits, labels in pairs])
+                cross_entropies.append(pair_cross_entropies(recorded_pairs(step)))
             except Exception:  # noqa: BLE001 - malformed logits: the logits checks name them
                 return None
             losses.append(step["loss"])

@@ -87,20 +87,31 @@ def _builder_loss(name: str, t: int, step: dict) -> None:
     recorded logits are both pairs' rows), unless the module returned a loss of its own."""
     if step.get("loss_returned") is not False or not isinstance(step.get("loss"), float):
         return
-    pairs = [(p.get("logits"), p.get("labels")) for p in step["pairs"]] if step.get(
-        "pairs") else [(step.get("logits"), step.get("labels"))]
+    pairs = recorded_pairs(step)
     if _stacked(step, pairs):
         pairs = [(step.get("logits"), step.get("labels"))]
     try:
-        with torch.no_grad():
-            recomputed = sum(float(torch.nn.functional.cross_entropy(
-                logits.to(torch.float64), labels.to(torch.int64))) for logits, labels in pairs)
+        recomputed = sum(pair_cross_entropies(pairs))
     except Exception:  # noqa: BLE001 - logits or labels the checks name as malformed
         return
     need(abs(recomputed - step["loss"]) <= 1e-4 * max(1.0, abs(recomputed)),
           f"the {_run_label(name)} run's step {t}: the recorded logits give "
           f"the loss {recomputed:.8g}, not the {step['loss']:.8g} the probe trained on: "
           "observations were altered")
+
+def recorded_pairs(step: dict) -> list:
+    """A recorded step's (logits, labels) pairs: a symmetric module's two halves, else the
+    one pair ``forward`` gave."""
+    return [(p.get("logits"), p.get("labels")) for p in step["pairs"]] if step.get(
+        "pairs") else [(step.get("logits"), step.get("labels"))]
+
+
+def pair_cross_entropies(pairs: list) -> list[float]:
+    """The cross-entropy of each (logits, labels) pair, recomputed in float64 (raises on
+    malformed logits or labels)."""
+    with torch.no_grad():
+        return [float(torch.nn.functional.cross_entropy(
+            logits.to(torch.float64), labels.to(torch.int64))) for logits, labels in pairs]
 
 def _stacked(step: dict, pairs: list) -> bool:
     """Whether the returned logits are the two pairs' rows stacked (``[2B, 1 + K]``)."""

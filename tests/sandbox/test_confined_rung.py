@@ -12,7 +12,6 @@ import ctypes
 import errno
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
