@@ -81,6 +81,17 @@ class BuilderRecorder:
         encoder.register_forward_hook(self._hook)
         return encoder
 
+    def follow(self, model: nn.Module) -> None:
+        """The module built with ``base_encoder``: the forwards of its ``encoder_q`` and
+        ``encoder_k`` are the q and k events. An encoder that wraps the probe encoder
+        (``nn.Sequential(base_encoder(...))``, a backbone and a neck) is followed at its own
+        output; the probe encoder's forward inside it stays an event of its own."""
+        self.model = model
+        for name in ("encoder_q", "encoder_k"):
+            encoder = getattr(model, name, None)
+            if isinstance(encoder, nn.Module) and not isinstance(encoder, ProbeEncoder):
+                encoder.register_forward_hook(self._hook)
+
     # ----------------------------------------------------------------- one step
 
     def begin_step(self, im_q: torch.Tensor, im_k: torch.Tensor) -> None:
@@ -202,13 +213,33 @@ def describe_module(model: nn.Module, recorder: BuilderRecorder) -> BuilderModul
             info[f"encoder_{role}_probe"] = isinstance(encoder, ProbeEncoder)
             info[f"layout_{role}"] = parameter_layout(encoder)
             info[f"requires_grad_{role}"] = [bool(p.requires_grad) for p in encoder.parameters()]
-            fc = getattr(encoder, "fc", None)
-            info[f"fc_{role}"] = [type(m).__name__ for m in fc.modules()] if isinstance(
-                fc, nn.Module) else []
+            head = _head_layers(encoder)
+            info[f"fc_{role}"] = [type(m).__name__ for m in head]
             info[f"fc_linear_{role}"] = [[int(m.in_features), int(m.out_features)]
-                                         for m in fc.modules() if isinstance(m, nn.Linear)
-                                         ] if isinstance(fc, nn.Module) else []
+                                         for m in head if isinstance(m, nn.Linear)]
     return info
+
+
+def _head_layers(encoder: nn.Module) -> list[nn.Module]:
+    """The layers of an encoder's head, in registration order: its ``.fc`` (the probe
+    encoder's interface, as torchvision's ResNet has it); for an encoder that wraps the probe
+    encoder (``nn.Sequential(backbone, neck)``), the probe encoder's ``.fc`` and every layer
+    the wrapper registers after it."""
+    fc = getattr(encoder, "fc", None)
+    if isinstance(fc, nn.Module):
+        return list(fc.modules())
+    layers, inside = [], None
+    for module in encoder.modules():
+        if module is encoder:
+            continue
+        if isinstance(module, ProbeEncoder):
+            inside = {id(m) for m in module.modules()}
+            fc = getattr(module, "fc", None)
+            layers += list(fc.modules()) if isinstance(fc, nn.Module) else []
+            continue
+        if inside is not None and id(module) not in inside:
+            layers.append(module)
+    return layers
 
 
 # --------------------------------------------------------------------------- the run
@@ -259,7 +290,7 @@ def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> Builde
     torch.manual_seed(probe.seed)
     try:
         model = moco_class(recorder.base_encoder, **options)
-        recorder.model = model
+        recorder.follow(model)
         run["module"] = describe_module(model, recorder)
         run["initial"] = state_of(model)
         run["stage"] = "optimizer"

@@ -88,7 +88,7 @@ def _rank_run(moco_class, probe: BuilderProbe, rank: int, folder: str) -> Builde
         options = build_options(moco_class, probe)
         torch.manual_seed(probe.seed)
         model = moco_class(recorder.base_encoder, **options)
-        recorder.model = model
+        recorder.follow(model)
         run["module"] = describe_module(model, recorder)
         run["initial"] = state_of(model)
         run["stage"] = "the first broadcast of the parameters and buffers"
