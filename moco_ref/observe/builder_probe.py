@@ -316,19 +316,26 @@ def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> Builde
 @contextmanager
 def cross_entropy_calls(calls: list) -> Iterator[None]:
     """Record ``(input, target)`` of every ``F.cross_entropy`` call in the block (also through
-    ``nn.CrossEntropyLoss``): how the pairs of a module whose forward returns a loss are seen."""
-    original = F.cross_entropy
+    ``nn.CrossEntropyLoss``), and ``(input, None)`` of every ``F.log_softmax`` over the columns
+    of a 2-D input (a cross-entropy written out, ``-log_softmax(logits, 1)[:, 0]``): how the
+    pairs of a module whose forward returns a loss are seen."""
+    cross_entropy, log_softmax = F.cross_entropy, F.log_softmax
 
     def recording(input, target, *args, **kwargs):  # noqa: A002 - torch's own names
         if isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor):
             calls.append((input, target))
-        return original(input, target, *args, **kwargs)
+        return cross_entropy(input, target, *args, **kwargs)
 
-    F.cross_entropy = recording
+    def recording_log_softmax(input, dim=None, *args, **kwargs):  # noqa: A002
+        if isinstance(input, torch.Tensor) and input.ndim == 2 and dim in (1, -1):
+            calls.append((input, None))
+        return log_softmax(input, dim, *args, **kwargs)
+
+    F.cross_entropy, F.log_softmax = recording, recording_log_softmax
     try:
         yield
     finally:
-        F.cross_entropy = original
+        F.cross_entropy, F.log_softmax = cross_entropy, log_softmax
 
 
 def _is_pair(value) -> bool:
@@ -345,12 +352,18 @@ def returned_pairs(output, captured: list, described: dict):
     if isinstance(output, (tuple, list)) and len(output) == 2 and all(map(_is_pair, output)):
         return [tuple(pair) for pair in output], None
     if isinstance(output, torch.Tensor) and output.ndim == 0 and output.requires_grad:
-        pairs = [(logits, labels) for logits, labels in captured if logits.ndim == 2]
+        pairs = [(logits, labels) for logits, labels in captured
+                 if logits.ndim == 2 and labels is not None]
+        if not pairs:  # written out: -log_softmax(logits)[:, 0], the positive at column 0
+            pairs = [(logits, torch.zeros(len(logits), dtype=torch.long))
+                     for logits, labels in captured if labels is None]
         if len(pairs) in (1, 2):
             return pairs, output
         raise TypeError(f"forward(im_q, im_k) returned a loss computed from {len(pairs)} "
                         "cross-entropies of [B, 1 + K] logits; the grader follows one (the "
-                        "official interface) or two (a symmetric loss)")
+                        "official interface) or two (a symmetric loss), made with "
+                        "F.cross_entropy, nn.CrossEntropyLoss or F.log_softmax: return "
+                        "(logits, labels) to be followed whatever the loss")
     raise TypeError(f"forward(im_q, im_k) must return (logits, labels), two such pairs (a "
                     f"symmetric loss) or a loss, got {described}")
 

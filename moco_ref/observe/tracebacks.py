@@ -25,9 +25,10 @@ def submission_error_text(exc: BaseException) -> str:
         tb = tb.tb_next
     report = traceback.TracebackException(type(exc), exc, tb or exc.__traceback__)
     own = [frame for frame in report.stack if not _foreign(frame.filename)]
-    if own:  # torch's and the observer's frames say nothing the student can act on
-        report.stack = traceback.StackSummary.from_list(own)
-    text = "".join(report.format())
+    if not own:  # raised by the observer or torch about what the submission gave: the words
+        return "".join(report.format_exception_only())[-MAX_CHARS:]
+    report.stack = traceback.StackSummary.from_list(own)  # torch's and the observer's frames
+    text = "".join(report.format())  # say nothing the student can act on
     return (text + _failing_frame_tensors(tb))[-MAX_CHARS:]
 
 

@@ -228,3 +228,22 @@ def test_a_crash_is_told_with_the_submission_s_frames_and_the_failing_frame_s_te
     listed = text.split("tensors in submission_step when it failed:\n", 1)[1].splitlines()
     assert listed[:2] == ["  q: [60, 24] float32", "  queue: [60, 24] float32"]
     assert "  ids: [3] int64" in listed
+
+
+def test_an_error_the_observer_raises_about_what_was_returned_shows_no_grader_frame():
+    """The observer's own TypeError about a returned value (no frame of the submission on the
+    stack) is told as its words alone: a student never sees the grader's traceback."""
+    import torch
+
+    from moco_ref.observe.builder_probe import returned_pairs
+    from moco_ref.observe.tracebacks import HARNESS_DIR, submission_error_text
+
+    try:
+        returned_pairs({"loss": torch.tensor(1.0)}, [], {"type": "dict"})
+    except TypeError as exc:
+        exc.__traceback__ = exc.__traceback__.tb_next  # as train_step meets it: no frame above
+        text = submission_error_text(exc)               # the observer's is the submission's
+    else:  # pragma: no cover
+        raise AssertionError("a dict is no (logits, labels)")
+    assert text.startswith("TypeError: forward(im_q, im_k) must return (logits, labels)")
+    assert "Traceback" not in text and HARNESS_DIR not in text and "File " not in text

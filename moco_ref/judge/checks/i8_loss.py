@@ -294,7 +294,7 @@ def _judge_returned_loss(ev: BuilderEvidence) -> None:
          where=builder_where(loss.first_off),
          expected=("c·(CE1 + CE2), one c > 0 for every step, CE1 and CE2 the cross-entropies "
                    "of the two halves' logits" if halves else
-                   "c·CE of the returned logits, one c > 0 for every step"),
+                   "c·CE of its logits, one c > 0 for every step"),
          got=f"{loss.loss_off:.6g} where the cross-entropies are "
              + " and ".join(f"{part:.6g}" for part in loss.parts_off)
              + (f" (the steps before gave c = {loss.scale_before:.4g})"

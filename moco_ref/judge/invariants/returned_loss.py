@@ -56,11 +56,11 @@ def _half_weights(losses: list[float], cross_entropies: list[list[float]]) -> tu
     """The weights ``w`` with ``loss ≈ Σ w_i · CE_i`` over the steps (least squares), when
     every step has the same number of halves and there are enough steps to tell them apart."""
     widths = {len(parts) for parts in cross_entropies}
-    if len(widths) != 1 or len(losses) <= (width := widths.pop()):
+    if len(widths) != 1 or (width := widths.pop()) < 2 or len(losses) <= width:
         return ()
     design = torch.tensor(cross_entropies, dtype=torch.float64)  # [steps, halves]
     target = torch.tensor(losses, dtype=torch.float64).unsqueeze(1)  # [steps, 1]
     solved = torch.linalg.lstsq(design, target).solution.squeeze(1)
-    if not bool(torch.isfinite(solved).all()) or width < 1:
+    if not bool(torch.isfinite(solved).all()):
         return ()
     return tuple(round(float(w), 3) for w in solved)
