@@ -67,6 +67,7 @@ def builder_where(step: int) -> str:
 
 
 ASYMMETRIC, SYMMETRIC = "asymmetric", "symmetric"
+NEGATIVES_MATCH = 1e-3  # logits apart: the negatives of a half are q·queue/T as recorded
 
 
 @dataclass
@@ -330,7 +331,8 @@ class BuilderEvidence:
         pairs = [pair["logits"].to(torch.float64) for pair in record.get("pairs") or []]
         if len(pairs) != 2:
             raise SubmissionError(f"at step {t} a symmetric module gave {len(pairs)} pairs")
-        first = self._first_query_view(pairs, views_q, views_k)
+        first = self._first_query_view(pairs, views_q, views_k,
+                                       self.columns_of(record["before"].get("queue")))
         halves = [(first, 1 - first, pairs[0]), (1 - first, first, pairs[1])]
         order = self.enqueue_order
         labels = [pair["labels"] for pair in record["pairs"]]
@@ -344,11 +346,14 @@ class BuilderEvidence:
             "views_k": views_k,
         }
 
-    def _first_query_view(self, pairs: list, views_q: dict, views_k: dict) -> int:
+    def _first_query_view(self, pairs: list, views_q: dict, views_k: dict,
+                          queue: torch.Tensor | None) -> int:
         """The view whose queries the first pair holds: the assignment of the two pairs to
         (im_q against im_k's key, im_k against im_q's key) whose positive logits ``q·k/T`` are
-        closest; im_q when both fit alike (at the first step the key encoder is still a copy
-        of the query encoder, so both halves have the same positives)."""
+        closest; when both fit alike (at the first step the key encoder is still a copy of
+        the query encoder, so both halves have the same positives), the one whose negatives
+        are closest to ``q·queue/T`` with the queue before the step (``[K, dim]``); else
+        im_q."""
         normalize = torch.nn.functional.normalize
 
         def error(logits: torch.Tensor, query_view: int) -> float:
@@ -359,8 +364,22 @@ class BuilderEvidence:
                 return float("inf")
             return float((logits[:, 0] - expected).abs().max())
 
+        def negatives_error(logits: torch.Tensor, query_view: int) -> float:
+            """Each row's negatives sorted (their column order is the module's) against the
+            query's similarities to the queue before the step, sorted."""
+            q = normalize(views_q[query_view], dim=1)
+            expected = (q @ normalize(queue, dim=1).T / self.temperature).sort(dim=1).values
+            if logits.ndim != 2 or logits[:, 1:].shape != expected.shape:
+                return float("inf")
+            return float((logits[:, 1:].sort(dim=1).values - expected).abs().max())
+
         straight = error(pairs[0], QUERY_VIEW) + error(pairs[1], KEY_VIEW)
         swapped = error(pairs[0], KEY_VIEW) + error(pairs[1], QUERY_VIEW)
+        if abs(swapped - straight) <= 1e-6 and queue is not None:  # positives tie: negatives
+            straight = negatives_error(pairs[0], QUERY_VIEW) + negatives_error(pairs[1], KEY_VIEW)
+            swapped = negatives_error(pairs[0], KEY_VIEW) + negatives_error(pairs[1], QUERY_VIEW)
+            if min(straight, swapped) > NEGATIVES_MATCH:  # other negatives (a polluted queue):
+                return QUERY_VIEW  # they tell nothing; the first pair is read as im_q's
         return KEY_VIEW if swapped < straight - 1e-6 else QUERY_VIEW
 
     @cached_property
