@@ -50,3 +50,32 @@ def test_a_queue_wider_than_the_keys_is_not_judged_and_says_its_width(recorded):
         assert result.status is Status.NOT_JUDGED, result
         assert "25 wide" in result.message and "24 wide" in result.message
         assert result.details.get("needs") == "contract-returns-seven-values"
+
+
+def test_same_source_pairs_only_at_unexplained_steps_are_not_said_to_be_absent(monkeypatch):
+    """I4 once said "no query met a queued key of its own image" when such pairs were there,
+    at steps whose loss no form explains: it now says which steps, and that it needs I8."""
+    from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis
+    from moco_ref.judge.lab_evidence import LabEvidence
+    from tests.helpers.conformance_support import (
+        SUBMISSIONS,
+        load_namespace,
+        observe,
+        round_trip,
+    )
+
+    options = GradeOptions()
+    observations = round_trip(observe(load_namespace(SUBMISSIONS / "correct_lab_order.py"),
+                                      "lab", options))
+    ev = LabEvidence(observations, options)
+    met = {t for t in range(len(ev.steps)) if ev.collisions(t)}
+    assert met and len(met) < len(ev.steps) - 1  # steps with and without such pairs
+    original = LossDiagnosis.form_at
+    monkeypatch.setattr(LossDiagnosis, "form_at",  # the steps with pairs left unexplained
+                        lambda self, t: None if t in met else original(self, t))
+    results = judge(observations, "lab", options)[0]
+    result = next(r for r in results if r.check_id == "I4-same-source-masked")
+    assert result.status is Status.NOT_JUDGED, result
+    assert "needs I8-loss-matches-recomputation" in result.message
+    assert "queries met queued keys of their own image only at steps" in result.message
+    assert "no query met" not in result.message

@@ -7,14 +7,17 @@ import torch
 from moco_ref.core.contrastive import same_source_mask
 from moco_ref.judge.assertions import (
     NotExercised,
+    NotJudged,
     fail,
 )
 from moco_ref.judge.checks.common import (
+    NEEDS_LOSS,
     factor_fault,
     fail_factor,
     judgeable_loss_note,
     logits_runs,
     loss_steps,
+    steps_text,
 )
 from moco_ref.judge.components_evidence import ComponentsEvidence
 from moco_ref.judge.invariants import (
@@ -116,6 +119,11 @@ def i4_same_source_masked_lab(ev: LabEvidence) -> str | None:
                     got=f"{mass:.3g} of each such query's probability on them, on average",
                     details=_mask_picture(ev, t, rule))
     if not any(ev.collisions(t) for t in steps):
+        unexplained = [t for t in range(len(ev.steps)) if t not in steps and ev.collisions(t)]
+        if unexplained:  # the pairs were there, at steps whose loss no form explains
+            raise NotJudged(NEEDS_LOSS, f"queries met queued keys of their own image only at "
+                                        f"{steps_text(unexplained)}, whose loss the grader "
+                                        "cannot recompute: the mask cannot be read there")
         raise NotExercised("not judged: no query met a queued key of its own image")
     pairs = sum(ev.collisions(t) for t in steps)
     return judgeable_loss_note(diagnosis, steps, len(ev.steps)) or (
