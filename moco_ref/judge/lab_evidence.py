@@ -721,6 +721,20 @@ class LabEvidence:
         return identify_loss_form(self.loss_inputs, self.options.temperature)
 
     @cached_property
+    def first_non_finite(self) -> tuple[int, str] | None:
+        """``(step, what)`` of the first step whose recorded values hold a NaN or an infinity
+        (the query's projection, dL/dz, the key, θq or θk), or None: a run the grader follows
+        only while it stays finite."""
+        for step in self.steps:
+            for name, value in (("the query's projection z", step.z), ("dL/dz", step.grad),
+                                ("the key", step.k), ("θq", step.query_params),
+                                ("θk", step.key_params)):
+                if isinstance(value, torch.Tensor) and value.numel() and \
+                        not bool(torch.isfinite(value).all()):
+                    return step.index, name
+        return None
+
+    @cached_property
     def loss_diagnosis(self) -> LossDiagnosis:
         return diagnose_loss(self.loss_inputs, self.loss)
 

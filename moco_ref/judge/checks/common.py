@@ -70,6 +70,18 @@ def loss_steps(ev: LabEvidence, what: str, relevant=None) -> tuple[LossDiagnosis
     return diagnosis, explained
 
 
+def require_finite_run(ev: LabEvidence, what: str) -> None:
+    """``NotJudged`` (needs the loss check, which tells it) when the run turned NaN or
+    infinite: ``what`` is then compared among NaN values, which match nothing."""
+    try:
+        found = ev.first_non_finite
+    except Exception:  # noqa: BLE001 - a run the check reads otherwise says what it lacks
+        return
+    if found is not None:
+        raise NotJudged(NEEDS_LOSS, f"{what} cannot be judged on a run that became NaN or "
+                                    f"infinite at step {found[0]} ({found[1]})")
+
+
 def factor_fault(diagnosis: LossDiagnosis, steps: list[int], factor: str, bad: tuple[str, ...]):
     """``(first step, every such step, its form)`` of the given steps whose loss has
     ``factor`` in ``bad``, or None."""

@@ -70,6 +70,7 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
     step. This check fails when no form explains a step, when the labels do not point at the
     positive (column 0), or when the loss is summed instead of averaged; which other
     ingredient differs is judged by the I2, I4, I8 and I9 check that owns it."""
+    _fail_non_finite(ev)
     diagnosis = ev.loss_diagnosis
     unexplained = diagnosis.unexplained
     if unexplained:
@@ -144,6 +145,22 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
     if len(diagnosis.runs()) == 1:
         return "matches " + diagnosis.fit.form.describe()
     return "explained step by step: " + diagnosis.narrative(ev.queue_context)
+
+
+def _fail_non_finite(ev: LabEvidence) -> None:
+    """−ln p⁺ of unit vectors over T is finite: a run whose values turn NaN or infinite has a
+    loss that took the log of 0 (a probability computed, then logged) or divided by 0."""
+    found = ev.first_non_finite
+    if found is None:
+        return
+    t, what = found
+    fail("the training run became NaN or infinite: −ln p⁺ is finite for unit vectors over T, "
+         "so the loss took a log of 0 or divided by 0 (e.g. log(softmax(…)) of a masked "
+         "column, a probability divided by T, a temperature that reaches 0)",
+         where=ev.step_where(t),
+         expected="finite values at every step",
+         got=f"{what} holds NaN or inf from this step on",
+         details={"disables": []})
 
 
 def _fail_empty_slots(ev: LabEvidence, diagnosis: LossDiagnosis, fault) -> None:
