@@ -788,8 +788,8 @@ class LabEvidence:
             _, projection = net(x)
             grads = torch.autograd.grad(projection, list(net.parameters()), event["grad"])
             fresh = torch.cat([g.reshape(-1) for g in grads]).to(torch.float64)
-            later = events[following.query_event]["own_grad"]
-            earlier = events[step.query_event]["own_grad"]
+            later = events[following.query_event].get("own_grad")  # optional in the record
+            earlier = events[step.query_event].get("own_grad")
             out.append(QueryGradient(step.index, fresh,
                                      None if later is None else later.to(torch.float64),
                                      None if earlier is None else earlier.to(torch.float64)))

@@ -24,6 +24,7 @@ from moco_ref.judge.invariants import (
     form_logits,
 )
 from moco_ref.judge.invariants.logits import masked_columns
+from moco_ref.judge.invariants.loss import normalized_pair
 from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.registry import check
 
@@ -32,11 +33,7 @@ def _same_source_mass(ev: LabEvidence, form, temperature: float, t: int) -> floa
     """The mean probability the step's loss puts on a query's same-source negatives."""
     step = ev.loss_inputs[t]
     keys, ids = step.negatives[form.negatives]
-    q, k = step.z.to(torch.float64), step.k.to(torch.float64)
-    if form.normalize != "q-raw":
-        q = torch.nn.functional.normalize(q, dim=1)
-    if form.normalize != "k-raw":
-        k = torch.nn.functional.normalize(k, dim=1)
+    q, k = normalized_pair(form, step.z.to(torch.float64), step.k.to(torch.float64))
     logits, _ = form_logits(form, q, k, keys, ids, step.ids, temperature)
     if logits.shape[1] != 1 + len(ids):
         return 0.0

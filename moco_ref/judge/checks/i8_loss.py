@@ -490,16 +490,16 @@ def i8_embeddings_normalized_lab(ev: LabEvidence) -> str | None:
                    f"{queue.kinds.count(kind)} of {len(queue.kinds)} entries:",
              expected=expected, got=f"{how}, of {norm} {float(queue.keys[j].norm()):.3g}")
     diagnosis, steps = loss_steps(ev, "the normalization of q and k")
-    fault = factor_fault(diagnosis, steps, "normalize", ("q-raw", "k-raw", "k-batch"))
+    fault = factor_fault(diagnosis, steps, "normalize", ("q-raw", "k-raw", "k-batch", "q-batch"))
     if fault:
         rule = fault[2].normalize
-        which = "q" if rule == "q-raw" else "k"
+        which, net = ("q", "query") if rule.startswith("q") else ("k", "key")
+        over_batch = rule.endswith("-batch")
         fail_factor(ev, diagnosis, fault, "normalize",
-                    "k was normalized over the batch (dim=0), not each key over its features"
-                    if rule == "k-batch" else f"{which} was not L2-normalized",
-                    expected=f"{which} = F.normalize({'query' if which == 'q' else 'key'}"
-                             "(view)[1], dim=1)",
-                    got="F.normalize(key(view)[1], dim=0)" if rule == "k-batch"
+                    f"{which} was normalized over the batch (dim=0), not each {net} over its "
+                    "features" if over_batch else f"{which} was not L2-normalized",
+                    expected=f"{which} = F.normalize({net}(view)[1], dim=1)",
+                    got=f"F.normalize({net}(view)[1], dim=0)" if over_batch
                     else "the raw projection")
     return judgeable_loss_note(diagnosis, steps, len(ev.steps))
 

@@ -11,7 +11,7 @@ A *form* fixes eight independent choices; the reference's form is the first of e
                         ``twice`` (logits / T²)
 ``warmup_temperature``  the same, in the in-batch branch
 ``normalize``           ``both`` · ``q-raw`` (q not L2-normalized) · ``k-raw`` · ``k-batch``
-                        (k normalized over the batch, dim=0)
+                        (k normalized over the batch, dim=0) · ``q-batch`` (q so)
 ``mask``                ``same-source`` · ``none`` · ``positive-too`` (the positive hidden as
                         well) · ``inverted`` (every other source hidden, ``!=`` for ``==``) ·
                         ``fill-zero`` (same-source logits set to 0, which still counts) ·
@@ -140,7 +140,7 @@ TEMPERATURE_RULES = ("divide", "multiply", "positive-undivided", "negatives-undi
 FORM_CHOICES: dict[str, tuple[str, ...]] = {
     "temperature": TEMPERATURE_RULES,
     "warmup_temperature": TEMPERATURE_RULES,
-    "normalize": ("both", "q-raw", "k-raw", "k-batch"),
+    "normalize": ("both", "q-raw", "k-raw", "k-batch", "q-batch"),
     "mask": ("same-source", "none", "positive-too", "inverted", "fill-zero", "rows-zero"),
     "negatives": ("before", "after", "with-current", "recomputed", "with-empty-slots",
                   "zero-initialized"),
@@ -168,6 +168,7 @@ FORM_TEXT: dict[tuple[str, str], str] = {
     ("normalize", "q-raw"): "q not L2-normalized",
     ("normalize", "k-raw"): "k not L2-normalized",
     ("normalize", "k-batch"): "k normalized over the batch (dim=0), not each key",
+    ("normalize", "q-batch"): "q normalized over the batch (dim=0), not each query",
     ("mask", "same-source"): "same-source negatives masked",
     ("mask", "none"): "no same-source mask",
     ("mask", "positive-too"): "the positive masked along with the same-source negatives",
@@ -294,6 +295,16 @@ def _in_batch_form(form, q, k, positive, ids, temperature):
     return logits, labels
 
 
+def normalized_pair(form: LossForm, z: torch.Tensor, k: torch.Tensor):
+    """``(q, k)`` as ``form`` normalizes the raw projections ``[B, d]``: the reference puts
+    each row at unit L2 norm; the mistaken forms leave one raw or normalize over the batch."""
+    q = z if form.normalize == "q-raw" else F.normalize(
+        z, dim=0 if form.normalize == "q-batch" else 1)
+    if form.normalize != "k-raw":
+        k = F.normalize(k, dim=0 if form.normalize == "k-batch" else 1)
+    return q, k
+
+
 def form_gradient(
     form: LossForm, step: StepLossInputs, temperature: float
 ) -> tuple[float, torch.Tensor] | None:
@@ -302,10 +313,7 @@ def form_gradient(
     if form.negatives not in step.negatives:
         return None
     z = step.z.detach().to(torch.float64).clone().requires_grad_(True)
-    k = step.k.detach().to(torch.float64)
-    q = z if form.normalize == "q-raw" else F.normalize(z, dim=1)
-    if form.normalize != "k-raw":
-        k = F.normalize(k, dim=0 if form.normalize == "k-batch" else 1)
+    q, k = normalized_pair(form, z, step.k.detach().to(torch.float64))
     keys, key_ids = step.negatives[form.negatives]
     if form.newest is not None and form.newest < len(keys):
         keys, key_ids = keys[len(keys) - form.newest:], key_ids[len(keys) - form.newest:]
