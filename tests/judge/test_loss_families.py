@@ -24,7 +24,8 @@ def _run(seed: int, queued: int = 4):
     (replace(REFERENCE_FORM, newest=5), "newest 5 queued keys"),
     (replace(REFERENCE_FORM, labels="arange"), "arange(B)"),
     (replace(REFERENCE_FORM, labels="last"), "last column"),
-], ids=["queue-T", "warmup-T", "scale", "newest", "labels-arange", "labels-last"])
+    (replace(REFERENCE_FORM, smoothing=0.15), "label_smoothing=0.15"),
+], ids=["queue-T", "warmup-T", "scale", "newest", "labels-arange", "labels-last", "smoothing"])
 def test_each_family_is_fitted_with_its_value(form: LossForm, named: str):
     steps = _observed(form, _run(70))
     fit = identify_loss_form(steps, 0.2)
@@ -44,3 +45,17 @@ def test_a_branch_temperature_is_charged_only_where_its_branch_runs():
 def test_no_parameter_is_fitted_to_the_reference():
     fit = identify_loss_form(_observed(REFERENCE_FORM, _run(90)), 0.2)
     assert fit.form == REFERENCE_FORM
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.2])
+def test_label_smoothing_is_read_off_torch_s_own_loss(epsilon):
+    """The bundled examples train with PyTorch's own ``label_smoothing`` (not the grader's
+    formula): the report names the ε they were written with."""
+    from moco_ref.judge.results import Status
+    from tests.helpers.conformance_support import SUBMISSIONS, grade, load_namespace
+
+    name = {0.1: "bug_loss_label_smoothing.py", 0.2: "bug_loss_label_smoothing_module.py"}
+    results, _ = grade(load_namespace(SUBMISSIONS / name[epsilon]), "lab")
+    loss = next(r for r in results if r.check_id == "I8-loss-matches-recomputation")
+    assert loss.status is Status.FAILED
+    assert loss.message.startswith(f"the loss is cross_entropy with label_smoothing={epsilon:g}:")

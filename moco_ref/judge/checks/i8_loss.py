@@ -117,6 +117,17 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
                     "before backward",
                     expected="the batch mean of −ln p⁺, unscaled",
                     got=f"{scale:.4g} × the mean of −ln p⁺ at every step")
+    fault = parameter_fault(diagnosis, steps, "smoothing")
+    if fault:
+        epsilon = fault[2].smoothing
+        fail_factor(ev, diagnosis, fault, "smoothing",
+                    f"the loss is cross_entropy with label_smoothing={epsilon:.3g}: {epsilon:.3g} "
+                    "of the target is spread over every column, so each query is also pulled "
+                    "toward the queue's negatives; MoCo's loss is −ln p⁺ with the whole target "
+                    "on the positive",
+                    expected="F.cross_entropy(logits, labels), no label smoothing",
+                    got=f"(1 − {epsilon:.3g})·(−ln p⁺) + {epsilon:.3g}·mean over columns of "
+                        "(−ln p)")
     fault = parameter_fault(diagnosis, steps, "newest")
     if fault:
         t = fault[0]

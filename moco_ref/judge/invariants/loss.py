@@ -102,6 +102,7 @@ class LossForm:
     scale: float | None = None  # the loss multiplied by this
     newest: int | None = None  # only the newest this many queued keys are negatives
     positive_t: float | None = None  # the positive's divisor, when not the negatives' T
+    smoothing: float | None = None  # cross_entropy's label_smoothing ε
 
     def differences(self) -> dict[str, str | float | int]:
         """``{factor: value}`` for every choice that is not the reference's."""
@@ -128,6 +129,8 @@ PARAMETER_TEXT = {
     "warmup_t": lambda v: f"the in-batch (warm-up) branch's logits divided by {divisor_text(v)} "
                           "instead of T",
     "scale": lambda v: f"the loss multiplied by {v:.4g} (divided by {1 / v:.4g})",
+    "smoothing": lambda v: f"cross_entropy with label_smoothing={v:.3g} (a share of the "
+                           "target spread over every column, negatives included)",
     "newest": lambda v: f"only the newest {v} queued keys used as negatives",
     "positive_t": lambda v: f"the positive divided by {divisor_text(v)}, not by the negatives' "
                             "temperature",
@@ -331,6 +334,9 @@ def form_gradient(
         loss = (info_nce_loss(logits, labels) + info_nce_loss(logits.T, labels)) / 2
     else:
         loss = info_nce_loss(logits, labels)
+    if form.smoothing is not None:  # torch's label_smoothing: (1 − ε)·CE + ε·mean_j(−ln p_j)
+        spread = -F.log_softmax(logits, dim=1).mean(dim=1).mean()
+        loss = (1.0 - form.smoothing) * loss + form.smoothing * spread
     if form.reduction == "sum":
         loss = loss * len(logits)
     if form.scale is not None:
@@ -508,6 +514,7 @@ def _fit_parameters(scorer: _FormScorer, form: LossForm, temperature: float,
     n queued keys) that explains the most steps, when one explains more than ``form`` does."""
     candidates = [_branch_temperatures(scorer, form, temperature, tolerance),
                   _constant_scale(scorer, form, temperature),
+                  _label_smoothing(scorer, form, temperature),
                   _newest_negatives(scorer, form, temperature, tolerance)]
     best, best_score = form, scorer.score(form, temperature, tolerance)
     for candidate in candidates:
@@ -566,6 +573,30 @@ def _constant_scale(scorer: _FormScorer, form: LossForm, temperature: float) -> 
     if count >= 2 and abs(count * scale - 1) <= 1e-3:
         scale = 1 / count
     return replace(form, scale=float(f"{scale:.6g}"))
+
+
+def _label_smoothing(scorer: _FormScorer, form: LossForm, temperature: float) -> LossForm | None:
+    """``form`` with cross_entropy's ``label_smoothing`` ε: the gradient is linear in ε,
+    ``(1 − ε)·g(CE) + ε·g(spread)``, so ε is fitted per step in closed form and must be one
+    value (within 1%) at every step; None otherwise."""
+    smoothed = []
+    for step in scorer.steps:
+        plain = form_gradient(replace(form, smoothing=0.0), step, temperature)
+        spread = form_gradient(replace(form, smoothing=1.0), step, temperature)
+        if plain is None or spread is None or step.grad is None:
+            return None
+        direction = spread[1] - plain[1]
+        norm = float((direction * direction).sum())
+        if norm <= 1e-24:
+            continue
+        residual = step.grad.to(torch.float64) - plain[1]
+        smoothed.append(float((residual * direction).sum()) / norm)
+    if not smoothed:
+        return None
+    epsilon = sorted(smoothed)[len(smoothed) // 2]
+    if not 0.001 <= epsilon < 1 or any(abs(e - epsilon) > 0.01 * epsilon for e in smoothed):
+        return None
+    return replace(form, smoothing=float(f"{epsilon:.4g}"))
 
 
 def _newest_negatives(scorer: _FormScorer, form: LossForm, temperature: float,
