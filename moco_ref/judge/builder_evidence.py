@@ -25,8 +25,13 @@ from functools import cached_property
 
 import torch
 
-from moco_ref.judge.assertions import SubmissionCrashed, SubmissionError, at_step
-from moco_ref.judge.builder_record import pair_cross_entropies, recorded_pairs, recorded_pointer
+from moco_ref.judge.assertions import NotJudged, SubmissionCrashed, SubmissionError, at_step
+from moco_ref.judge.builder_record import (
+    BUILDER_INTERFACE,
+    pair_cross_entropies,
+    recorded_pairs,
+    recorded_pointer,
+)
 from moco_ref.judge.gaps import observed
 from moco_ref.judge.invariants import (
     ColumnTrace,
@@ -215,23 +220,30 @@ class BuilderEvidence:
         queue = self.require_run()["initial"].get("queue")
         p = self.probe
         if not isinstance(queue, torch.Tensor) or not queue.is_floating_point():
-            raise SubmissionError(
-                f"the module has no float tensor `queue` (expected a buffer [dim, K] = "
-                f"[{p.dim}, {p.K}]); its queue is {self.module.get('queue')}")
+            raise NotJudged(BUILDER_INTERFACE,
+                            f"the module has no float tensor `queue` (expected a buffer "
+                            f"[dim, K] = [{p.dim}, {p.K}]); its queue is "
+                            f"{self.module.get('queue')}")
         if list(queue.shape) == [p.dim, p.K]:
             return "dim-first"
         if list(queue.shape) == [p.K, p.dim]:
             return "rows"
-        raise SubmissionError(
-            f"the module's queue has shape {list(queue.shape)}; built with dim={p.dim}, "
-            f"K={p.K} it must be [dim, K] = [{p.dim}, {p.K}]")
+        raise NotJudged(BUILDER_INTERFACE,
+                        f"the module's queue has shape {list(queue.shape)}; built with "
+                        f"dim={p.dim}, K={p.K} it must be [dim, K] = [{p.dim}, {p.K}]")
 
     def columns_of(self, queue) -> torch.Tensor | None:
-        """The buffer as ``[K, dim]`` float64, one row per column of the official layout."""
+        """The buffer as ``[K, dim]`` float64, one row per column of the official layout; None
+        when there is none, or none of a layout the probe knows (the checks that need it say
+        so, from ``queue_layout``; the others judge the encoders without it)."""
         if not isinstance(queue, torch.Tensor):
             return None
+        try:
+            layout = self.queue_layout
+        except NotJudged:
+            return None
         queue = queue.to(torch.float64)
-        return queue.T if self.queue_layout == "dim-first" else queue
+        return queue.T if layout == "dim-first" else queue
 
     # ----------------------------------------------------------------- steps
 
@@ -430,12 +442,14 @@ class BuilderEvidence:
         p = self.probe
         first = self.steps[0]
         if first.queue_before is None:
-            raise SubmissionError("the module has no queue buffer to follow")
+            _ = self.queue_layout  # raises NotJudged with the buffer's own shape, if it has one
+            raise NotJudged(BUILDER_INTERFACE, "the module has no queue buffer to follow")
         labels = initial_labels(p.K, (first.ptr_before or 0) % p.K)  # no pointer: from 0
         traces = []
         for step in self.steps:
             if step.queue_before is None or step.queue_after is None:
-                raise SubmissionError(f"at step {step.index} the module had no queue buffer")
+                raise NotJudged(BUILDER_INTERFACE,
+                                f"at step {step.index} the module had no queue buffer")
             trace = trace_columns(step.queue_before, labels, step.queue_after,
                                   self.arrivals(step), arrival_labels(p.K, p.batch, step.index))
             traces.append(trace)
@@ -489,7 +503,8 @@ class BuilderEvidence:
         steps = []
         for step in self.steps:
             if step.queue_before is None or step.queue_after is None:
-                raise SubmissionError(f"at step {step.index} the module had no queue buffer")
+                raise NotJudged(BUILDER_INTERFACE,
+                                f"at step {step.index} the module had no queue buffer")
             if self.variant == SYMMETRIC:
                 steps += self._half_logits(step)
                 continue

@@ -78,6 +78,10 @@ def _builder(data, options: GradeOptions) -> None:
         need(data["probe"] == expected,
               f"the record names probe {data['probe']}, the grader ran {expected}")
 
+# the check that judges a module's buffers: what needs a buffer the module lacks needs it
+BUILDER_INTERFACE = "contract-builder-interface"
+
+
 def _run_label(name: str) -> str:
     return "main" if name == "run" else name
 

@@ -23,8 +23,13 @@ from functools import cached_property
 import torch
 import torch.nn.functional as F
 
-from moco_ref.judge.assertions import NotExercised, SubmissionCrashed, SubmissionError
-from moco_ref.judge.builder_record import recorded_pointer
+from moco_ref.judge.assertions import (
+    NotExercised,
+    NotJudged,
+    SubmissionCrashed,
+    SubmissionError,
+)
+from moco_ref.judge.builder_record import BUILDER_INTERFACE, recorded_pointer
 from moco_ref.judge.invariants.logits import StepLogits, expected_logits
 from moco_ref.judge.invariants.loss import LossForm
 from moco_ref.probe.builder import KEY_VIEW, QUERY_VIEW, VIEW_NAMES, ranks_probe
@@ -164,14 +169,15 @@ class RanksEvidence:
     def _columns(self, queue) -> torch.Tensor:
         p = self.probe
         if not isinstance(queue, torch.Tensor) or not queue.is_floating_point():
-            raise SubmissionError("in the two-process run the module has no float queue buffer")
+            raise NotJudged(BUILDER_INTERFACE,
+                            "in the two-process run the module has no float queue buffer")
         queue = queue.to(torch.float64)
         if list(queue.shape) == [p.dim, p.K]:
             return queue.T
         if list(queue.shape) == [p.K, p.dim]:
             return queue
-        raise SubmissionError(f"in the two-process run the queue has shape {list(queue.shape)}, "
-                              f"not [dim, K] = [{p.dim}, {p.K}]")
+        raise NotJudged(BUILDER_INTERFACE, f"in the two-process run the queue has shape "
+                                           f"{list(queue.shape)}, not [dim, K] = [{p.dim}, {p.K}]")
 
     def rank_step(self, t: int, rank: int) -> RankStep:
         if (t, rank) not in self._rank_steps:

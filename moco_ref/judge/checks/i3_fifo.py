@@ -6,6 +6,7 @@ import torch
 
 from moco_ref.judge.assertions import (
     NotExercised,
+    NotJudged,
     NotRequired,
     SubmissionError,
     at_step,
@@ -15,6 +16,7 @@ from moco_ref.judge.assertions import (
     require,
 )
 from moco_ref.judge.builder_evidence import SYMMETRIC, BuilderEvidence
+from moco_ref.judge.builder_record import BUILDER_INTERFACE
 from moco_ref.judge.checks.common import (
     builder_where,
     case_where,
@@ -263,8 +265,8 @@ def i3_oldest_first_order_builder(ev: BuilderEvidence) -> str | None:
     K, B = ev.probe.K, ev.probe.batch
     for step in ev.steps:
         if step.ptr_after is None:
-            raise SubmissionError("the module has no integer queue_ptr buffer to read the queue "
-                                  "from")
+            raise NotJudged(BUILDER_INTERFACE, "the module has no integer queue_ptr buffer to "
+                                               "read the queue from")
         got = _traced(ev, step)
         expected = expected_fifo(K, B, step.index + 1)
         if sorted(got.tolist()) != sorted(expected.tolist()):
