@@ -271,6 +271,17 @@ class BuilderEvidence:
             losses.append(step["loss"])
         return fit_returned_loss(losses, cross_entropies) if losses else None
 
+    @cached_property
+    def key_from_query_view(self) -> int | None:
+        """The first step of the main run where ``encoder_k`` ran on ``im_q`` and never on
+        ``im_k`` (the key from the query's own view), or None."""
+        for t, step in enumerate(self.require_run()["steps"]):
+            keyed = {view for event in step["events"] if event["role"] == "k"
+                     for view in set(event["views"].tolist())}
+            if KEY_VIEW not in keyed and QUERY_VIEW in keyed:
+                return t
+        return None
+
     def _aligned(self, event: schema.BuilderForward, view: int, t: int, who: str) -> torch.Tensor:
         """The event's output rows put back in the order of the step's images."""
         views, rows, output = event["views"], event["rows"], event["output"]
@@ -297,6 +308,11 @@ class BuilderEvidence:
         if not queries:
             raise SubmissionError(f"at step {t} encoder_q never ran on im_q (forwards seen: "
                                   f"{[e['role'] for e in events]})")
+        key_view = KEY_VIEW
+        if not keys and self.variant != SYMMETRIC:  # the key from the query's own view: the
+            keys = [i for i, e in enumerate(events)  # pairing holds row by row, and
+                    if self._on_view(e, "k", QUERY_VIEW)]  # I8-key-from-other-view names it
+            key_view = QUERY_VIEW
         if not keys:
             raise SubmissionError(f"at step {t} encoder_k never ran on im_k (forwards seen: "
                                   f"{[e['role'] for e in events]})")
@@ -320,7 +336,7 @@ class BuilderEvidence:
         return BuilderStep(
             **shared,
             q=self._aligned(query, QUERY_VIEW, t, "encoder_q"),
-            k=self._aligned(key, KEY_VIEW, t, "encoder_k"),
+            k=self._aligned(key, key_view, t, "encoder_k"),
             logits=record["logits"].to(torch.float64),
             labels=record["labels"],
         )

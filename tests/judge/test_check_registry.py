@@ -109,5 +109,5 @@ def test_checks_command_lists_every_check_per_style(capsys):
         assert set(entry["styles"]) | set(entry["not_applicable"]) == set(STYLES)
     assert main(["checks", "--style", "builder"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("builder: 18 checks, 100 points (default rubric)")
+    assert text.startswith("builder: 19 checks, 100 points (default rubric)")
     assert "I4-same-source-masked" not in text  # never applies to builder

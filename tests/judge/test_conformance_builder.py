@@ -66,9 +66,10 @@ def test_reference_module_gets_full_marks():
 
 
 def test_builder_points_and_not_applicable_reasons():
-    """18 checks, 25 points; masking and the lab-only checks say why they do not apply."""
-    assert len(BUILDER_IDS) == 18
-    assert sum(spec.points for spec in all_checks("builder")) == 25
+    """19 checks, 26 declared points; masking and the lab-only checks say why they do not
+    apply."""
+    assert len(BUILDER_IDS) == 19
+    assert sum(spec.points for spec in all_checks("builder")) == 26
     results, _ = grade({"MoCo": moco_ref.MoCo}, "builder")
     by_id = {r.check_id: r for r in results}
     assert by_id["I4-same-source-masked"].status is Status.NOT_APPLICABLE

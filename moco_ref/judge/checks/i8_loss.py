@@ -637,6 +637,21 @@ def i8_key_from_other_view_lab(ev: LabEvidence) -> str | None:
     return None
 
 
+@KEY_FROM_OTHER_VIEW.judges('builder')
+def i8_key_from_other_view_builder(ev: BuilderEvidence) -> str | None:
+    """At every step ``encoder_k`` encodes ``im_k`` (for a symmetric module, each view is the
+    other's key), never only ``im_q``, the view the query encoder saw: the positive pair is
+    two views of one image (the probe traces each input row to the view it came from)."""
+    t = ev.key_from_query_view
+    if t is not None:
+        fail("the key is encoded from im_q, the very view the query encoder saw, so the "
+             "positive pair is one view twice, not two views of one image",
+             where=builder_where(t),
+             expected="k = encoder_k(im_k): the key from the batch's second view",
+             got="encoder_k ran on the rows of im_q only")
+    return None
+
+
 POSITIVE_ACROSS_RANKS = check(
     "I8-positive-across-ranks",
     "on several processes each query's positive is its own image's key",
@@ -661,6 +676,9 @@ def i8_positive_across_ranks_builder(ev: BuilderEvidence) -> str | None:
     fit = ev.logits  # a one-process crash is told first
     ranks = ev.ranks
     ranks.runs  # noqa: B018 - raises when the run is missing or a rank raised
+    if ev.key_from_query_view is not None:
+        raise NotJudged("I8-key-from-other-view", "the key is encoded from the query's own "
+                                                  "view, so no rank's key is another view")
     if not fit.all_match:
         raise NotJudged("I8-loss-matches-recomputation",
                         "the one-process logits are in no known form, so a positive logit "
