@@ -90,6 +90,29 @@ class Half:
     used: list[Candidate | None]
 
 
+def _row_shift(queries: torch.Tensor, logits: torch.Tensor, form: LossForm,
+               temperature: float, queues: list[tuple[torch.Tensor, torch.Tensor]]
+               ) -> torch.Tensor:
+    """``[B]``: the constant each row of the returned logits is shifted by (``logits -
+    logits.max(1)`` leaves the cross-entropy as it is), read off the negatives against the
+    first of ``queues`` (each a buffer before and after the forward) that explains them up
+    to one constant per row; zeros when none does."""
+    for before, after in queues:
+        negatives = {"before": before, "after": after}
+        if logits.ndim != 2 or form.negatives not in negatives or \
+                logits.shape[1] != 1 + len(negatives[form.negatives]):
+            continue
+        reference = expected_logits(form, StepLogits(queries, queries, logits, negatives),
+                                    temperature)
+        gap = logits[:, 1:].to(torch.float64).sort(dim=1).values - reference[:, 1:].sort(
+            dim=1).values  # [B, K]
+        rowwise = gap.median(dim=1).values
+        if bool(((gap - rowwise[:, None]).abs() <= MATCH_TOLERANCE * max(
+                1.0, float(reference.abs().max()))).all()):
+            return rowwise
+    return torch.zeros(len(queries), dtype=torch.float64)
+
+
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and float((a - b).abs().max()) <= MATCH_TOLERANCE * max(
         1.0, float(b.abs().max()))
@@ -274,8 +297,8 @@ class RanksEvidence:
         step = self.rank_step(t, rank)
         if not self.symmetric:
             return [Half(QUERY_VIEW, KEY_VIEW,
-                         self._used(t, step.q, step.logits, form, temperature))]
-        used = {(p, v): self._used(t, step.queries[v], logits, form, temperature)
+                         self._used(t, step.q, step.logits, form, temperature, step))]
+        used = {(p, v): self._used(t, step.queries[v], logits, form, temperature, step)
                 for p, logits in enumerate(step.pairs) for v in self.query_views}
         rows = list(self.rows_of(rank))
 
@@ -290,8 +313,12 @@ class RanksEvidence:
         return [Half(v, 1 - v, used[p, v]) for p, v in ((0, first), (1, 1 - first))]
 
     def _used(self, t: int, queries: torch.Tensor, logits: torch.Tensor, form: LossForm,
-              temperature: float) -> list[Candidate | None]:
+              temperature: float, step: RankStep | None = None) -> list[Candidate | None]:
         candidates = self.candidates(t)
+        queues = [] if step is None else [  # the rank's own, and rank 0's broadcast buffer
+            (other.queue_before, other.queue_after)
+            for other in (step, self.rank_step(t, 0))]
+        shift = _row_shift(queries, logits, form, temperature, queues)
         if not candidates:
             raise SubmissionError(f"at step {t} of the two-process run no key-encoder forward "
                                   "ran on an image of the world batch")
@@ -306,7 +333,8 @@ class RanksEvidence:
             expected = expected_logits(form, StepLogits(query, keys, keys[:, :1],
                                                         {"before": keys[:1], "after": keys[:1]}),
                                        temperature)[:, 0]  # [n]
-            errors = (expected - logits[i, 0]).abs() / max(1.0, float(expected.abs().max()))
+            errors = (expected - (logits[i, 0] - shift[i])).abs() / max(
+                1.0, float(expected.abs().max()))
             best = int(errors.argmin())
             used.append(candidates[best] if float(errors[best]) <= MATCH_TOLERANCE else None)
         return used

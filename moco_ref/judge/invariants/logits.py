@@ -85,12 +85,16 @@ def _canonical(logits: torch.Tensor) -> torch.Tensor:
 
 
 def logits_error(observed: torch.Tensor, expected: torch.Tensor) -> float:
-    """Max-abs difference of the canonical forms, relative to max(1, largest expected logit);
-    inf when the shapes differ or the observed logits are not finite."""
+    """Max-abs difference of the canonical forms up to one constant per row (softmax and the
+    cross-entropy do not see it: ``logits - logits.max(1)`` is the same loss), relative to
+    max(1, largest expected logit); inf when the shapes differ or the observed logits are
+    not finite."""
     if observed.shape != expected.shape or not bool(torch.isfinite(observed).all()):
         return math.inf
     scale = max(1.0, float(expected.abs().max()))
-    return float((_canonical(observed) - _canonical(expected)).abs().max()) / scale
+    difference = _canonical(observed) - _canonical(expected)  # [B, 1 + K]
+    difference = difference - difference.mean(dim=1, keepdim=True)
+    return float(difference.abs().max()) / scale
 
 
 @dataclass
