@@ -34,6 +34,7 @@ from moco_ref.judge.invariants import (
 from moco_ref.judge.invariants.buffer import UNKNOWN, pointer_after
 from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.registry import check
+from moco_ref.probe.builder import KEY_VIEW, VIEW_NAMES
 from moco_ref.probe.cases import QueueCase
 
 
@@ -372,8 +373,9 @@ def _expected_blocks(ev: BuilderEvidence, t: int) -> tuple[list[list], list]:
     each rank's positives (the keys its queries used, when their logits say so; else the key
     of each own image): for a symmetric module both views' keys, in the view order of its
     one-process enqueue (``enqueue_order``), gathered rank by rank (one gather of both views)
-    or view by view (one gather per view); the rank-by-rank layout first. Then rank 0's own
-    share alone (what it writes when nothing is gathered)."""
+    or view by view (one gather per view); the rank-by-rank layout first; and every rank's
+    keys of its own images in rank order. Then rank 0's own share alone (what it writes when
+    nothing is gathered)."""
     ranks = ev.ranks
     fit = ev.judged_logits if ev.judged_logits.all_match else None
     views = ev.enqueue_order if ev.variant == SYMMETRIC else ranks.key_views
@@ -391,7 +393,23 @@ def _expected_blocks(ev: BuilderEvidence, t: int) -> tuple[list[list], list]:
     by_view = [slot for view in views for rank in range(ranks.world)
                for slot in entries[rank, view]]
     mine = [slot for view in views for slot in entries[0, view]]
-    return ([by_rank] if by_view == by_rank else [by_rank, by_view]), mine
+    # each rank's keys of its own images, in rank order: a FIFO of the world batch whatever
+    # the queries paired them with (a wrong pairing is I8-positive-across-ranks')
+    natural = [(view, image) for rank in range(ranks.world) for view in views
+               for image in ranks.rows_of(rank)]
+    layouts = [by_rank] if by_view == by_rank else [by_rank, by_view]
+    return layouts + ([natural] if natural not in layouts else []), mine
+
+
+def _one(ranks, slots: list, i: int) -> str:
+    """The ``i``-th entry named with its view (a query enqueued for a key shows as such)."""
+    if i >= len(slots):
+        return "nothing"
+    slot = slots[i]
+    if slot is None:
+        return "no key"
+    view, _ = slot if isinstance(slot, tuple) else (KEY_VIEW, slot)
+    return f"{ranks.describe(slot)} ({VIEW_NAMES[view]}'s {'key' if view == KEY_VIEW else 'row'})"
 
 
 def _who(ranks, slots: list) -> str:
@@ -433,11 +451,15 @@ def i3_keys_of_all_ranks_builder(ev: BuilderEvidence) -> str | None:
         by_rank = [-1 if slot is None else slot[1] // B for slot in slots]
         swapped = len(slots) == len(expected) and by_rank == sorted(by_rank, reverse=True) \
             and by_rank != sorted(by_rank)
+        first = next((i for i, (a, b) in enumerate(zip(expected, slots)) if a != b),
+                     min(len(expected), len(slots)))
         fail("the keys are gathered out of rank order" if swapped
              else "rank 0's queue did not receive the world batch's keys in rank order",
              where=f"{where}, buffer columns {fmt_ids(columns)}",
              expected=f"{len(expected)} keys: {_who(ranks, expected)}",
-             got=f"{len(slots)}: {_who(ranks, slots)}")
+             got=f"{len(slots)}: {_who(ranks, slots)}; the first that differs, the "
+                 f"{first + 1}th: {_one(ranks, slots, first)} where "
+                 f"{_one(ranks, expected, first)} belongs")
     for t in steps:
         queues = [ranks.rank_step(t, r).queue_after for r in range(ranks.world)]
         for r in range(1, ranks.world):
