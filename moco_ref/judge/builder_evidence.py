@@ -47,6 +47,7 @@ from moco_ref.judge.invariants import (
 )
 from moco_ref.judge.invariants.logits import (
     BUILDER_FORM,
+    canonical_logits,
     expected_logits,
     logits_error,
     paired_as_used,
@@ -393,13 +394,15 @@ class BuilderEvidence:
             return float((logits[:, 0] - expected).abs().max())
 
         def negatives_error(logits: torch.Tensor, query_view: int) -> float:
-            """Each row's negatives sorted (their column order is the module's) against the
-            query's similarities to the queue before the step, sorted."""
-            q = normalize(views_q[query_view], dim=1)
-            expected = (q @ normalize(queue, dim=1).T / self.temperature).sort(dim=1).values
-            if logits.ndim != 2 or logits[:, 1:].shape != expected.shape:
+            """Each row's negatives (in the canonical order: their column order is the
+            module's) against the query's similarities to the queue before the step."""
+            q, columns = views_q[query_view], normalize(queue, dim=1)
+            expected = expected_logits(BUILDER_FORM, StepLogits(
+                q, q, logits, {"before": columns, "after": columns}), self.temperature)
+            if logits.shape != expected.shape:
                 return float("inf")
-            return float((logits[:, 1:].sort(dim=1).values - expected).abs().max())
+            return float((canonical_logits(logits) - canonical_logits(expected))[:, 1:]
+                         .abs().max())
 
         straight = error(pairs[0], QUERY_VIEW) + error(pairs[1], KEY_VIEW)
         swapped = error(pairs[0], KEY_VIEW) + error(pairs[1], QUERY_VIEW)

@@ -30,7 +30,7 @@ from moco_ref.judge.assertions import (
     SubmissionError,
 )
 from moco_ref.judge.builder_record import BUILDER_INTERFACE, recorded_pointer
-from moco_ref.judge.invariants.logits import StepLogits, expected_logits
+from moco_ref.judge.invariants.logits import StepLogits, canonical_logits, expected_logits
 from moco_ref.judge.invariants.loss import LossForm
 from moco_ref.probe.builder import KEY_VIEW, QUERY_VIEW, VIEW_NAMES, ranks_probe
 
@@ -104,8 +104,7 @@ def _row_shift(queries: torch.Tensor, logits: torch.Tensor, form: LossForm,
             continue
         reference = expected_logits(form, StepLogits(queries, queries, logits, negatives),
                                     temperature)
-        gap = logits[:, 1:].to(torch.float64).sort(dim=1).values - reference[:, 1:].sort(
-            dim=1).values  # [B, K]
+        gap = (canonical_logits(logits) - canonical_logits(reference))[:, 1:]  # [B, K]
         rowwise = gap.median(dim=1).values
         if bool(((gap - rowwise[:, None]).abs() <= MATCH_TOLERANCE * max(
                 1.0, float(reference.abs().max()))).all()):

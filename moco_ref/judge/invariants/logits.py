@@ -78,7 +78,7 @@ def expected_logits(form: LossForm, step: StepLogits, temperature: float) -> tor
     return logits
 
 
-def _canonical(logits: torch.Tensor) -> torch.Tensor:
+def canonical_logits(logits: torch.Tensor) -> torch.Tensor:
     """Positive column first, then each row's negatives sorted: order-free comparison."""
     logits = logits.to(torch.float64)
     return torch.cat([logits[:, :1], logits[:, 1:].sort(dim=1).values], dim=1)
@@ -92,7 +92,7 @@ def logits_error(observed: torch.Tensor, expected: torch.Tensor) -> float:
     if observed.shape != expected.shape or not bool(torch.isfinite(observed).all()):
         return math.inf
     scale = max(1.0, float(expected.abs().max()))
-    difference = _canonical(observed) - _canonical(expected)  # [B, 1 + K]
+    difference = canonical_logits(observed) - canonical_logits(expected)  # [B, 1 + K]
     difference = difference - difference.mean(dim=1, keepdim=True)
     return float(difference.abs().max()) / scale
 
@@ -128,7 +128,7 @@ def fit_temperature(form: LossForm, steps: Sequence[StepLogits],
         raw = expected_logits(form, step, 1.0)
         if raw.shape != step.logits.shape:
             return None
-        observed, raw = _canonical(step.logits)[:, columns], _canonical(raw)[:, columns]
+        observed, raw = canonical_logits(step.logits)[:, columns], canonical_logits(raw)[:, columns]
         numerator += float((observed * raw).sum())
         denominator += float((raw * raw).sum())
     if denominator == 0.0 or numerator <= 0.0:
