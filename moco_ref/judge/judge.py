@@ -175,29 +175,14 @@ def run_check(spec: CheckSpec, style: str, evidence: object,
     except SubmissionError as error:
         return _result(spec, Status.ERROR, str(error))
     except Exception as exc:  # noqa: BLE001 - a grader bug must not take the other checks down
-        non_finite = _non_finite(evidence)
-        if non_finite:
-            return _result(spec, Status.NOT_JUDGED, non_finite,
-                           {"needs": NON_FINITE_CHECK, "grader_exception": _where_raised(exc)})
+        try:  # a run that turned NaN is the loss check's to tell
+            getattr(evidence, "require_finite", lambda what: None)("this check")
+        except NotJudged as reason:
+            return _result(spec, Status.NOT_JUDGED, str(reason),
+                           {"needs": reason.needs, "grader_exception": _where_raised(exc)})
         return _result(spec, Status.NOT_JUDGED, not_followed(exc, "train_moco's run"),
                        {"grader_exception": _where_raised(exc)})
     return _result(spec, Status.PASSED, note or "")
-
-
-NON_FINITE_CHECK = "I8-loss-matches-recomputation"  # tells a run that turned NaN
-
-
-def _non_finite(evidence: object) -> str:
-    """What a check that could not read a run says when the run turned NaN or infinite."""
-    try:
-        found = getattr(evidence, "first_non_finite", None)
-    except Exception:  # noqa: BLE001 - an unreadable run: the generic words stand
-        return ""
-    if not found:
-        return ""
-    t, what = found
-    return (f"not judged: needs {NON_FINITE_CHECK} (the run became NaN or infinite at step "
-            f"{t}: {what}; the grader follows a run only while it stays finite)")
 
 
 def not_followed(exc: BaseException, what: str) -> str:

@@ -118,6 +118,9 @@ def _unit_norm_p(entries: torch.Tensor) -> float | None:
     return None
 
 
+LOSS_CHECK = "I8-loss-matches-recomputation"  # tells a loss no form explains, a NaN run
+
+
 @dataclass
 class LabStep:
     """One training step (one batch) as observed."""
@@ -733,6 +736,18 @@ class LabEvidence:
                         not bool(torch.isfinite(value).all()):
                     return step.index, name
         return None
+
+    def require_finite(self, what: str) -> None:
+        """``NotJudged`` (needs the loss check, which tells it) when the run turned NaN or
+        infinite: ``what`` would be compared among NaN values, which match nothing."""
+        try:
+            found = self.first_non_finite
+        except Exception:  # noqa: BLE001 - a run read otherwise says what it lacks
+            return
+        if found is not None:
+            raise NotJudged(LOSS_CHECK, f"{what} cannot be judged on a run that became NaN or "
+                                        f"infinite at step {found[0]} ({found[1]}); the grader "
+                                        "follows a run only while it stays finite")
 
     @cached_property
     def loss_diagnosis(self) -> LossDiagnosis:

@@ -24,9 +24,9 @@ from moco_ref.judge.invariants import (
     gradient_error,
 )
 from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis
+from moco_ref.judge.lab_evidence import LOSS_CHECK as NEEDS_LOSS
 from moco_ref.judge.lab_evidence import LabEvidence
 
-NEEDS_LOSS = "I8-loss-matches-recomputation"
 MAX_SERIES = 200  # per-step numbers a failure's details carry for the feedback's figures
 
 
@@ -68,18 +68,6 @@ def loss_steps(ev: LabEvidence, what: str, relevant=None) -> tuple[LossDiagnosis
         raise NotJudged(NEEDS_LOSS, f"{what} cannot be read from a loss the grader cannot "
                                     f"recompute, at {steps_text(chosen)}")
     return diagnosis, explained
-
-
-def require_finite_run(ev: LabEvidence, what: str) -> None:
-    """``NotJudged`` (needs the loss check, which tells it) when the run turned NaN or
-    infinite: ``what`` is then compared among NaN values, which match nothing."""
-    try:
-        found = ev.first_non_finite
-    except Exception:  # noqa: BLE001 - a run the check reads otherwise says what it lacks
-        return
-    if found is not None:
-        raise NotJudged(NEEDS_LOSS, f"{what} cannot be judged on a run that became NaN or "
-                                    f"infinite at step {found[0]} ({found[1]})")
 
 
 def factor_fault(diagnosis: LossDiagnosis, steps: list[int], factor: str, bad: tuple[str, ...]):

@@ -25,7 +25,7 @@ from moco_ref.judge.assertions import (
     require,
 )
 from moco_ref.judge.builder_evidence import BuilderEvidence
-from moco_ref.judge.checks.common import builder_where, require_finite_run
+from moco_ref.judge.checks.common import builder_where
 from moco_ref.judge.components_evidence import ComponentsEvidence
 from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.registry import check
@@ -290,7 +290,7 @@ DRIFT_RECOMPUTED = check(
 def contract_drift_recomputed_lab(ev: LabEvidence) -> str | None:
     """``drift`` is ‖θ − θ₀‖ for the first parameter of ``query.encoder``: its value after
     training minus its value in ``initial``, recomputed from the returned query encoder."""
-    require_finite_run(ev, "drift")
+    ev.require_finite("drift")
     drift = ev.returned.get("drift")
     require(isinstance(drift, (int, float)) and not isinstance(drift, bool),
             "drift must be a number", expected="a float", got=describe_value(drift))

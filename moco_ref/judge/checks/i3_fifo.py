@@ -22,7 +22,6 @@ from moco_ref.judge.checks.common import (
     case_where,
     pointer_text,
     queue_runs,
-    require_finite_run,
 )
 from moco_ref.judge.components_evidence import ComponentsEvidence
 from moco_ref.judge.invariants import (
@@ -122,7 +121,7 @@ def i3_fifo_keeps_newest_lab(ev: LabEvidence) -> str | None:
     """After every enqueue the queue holds the last ``capacity`` keys in arrival order — the
     oldest are dropped first, also when a batch does not divide the capacity (the probe's
     queue wraps in the middle of a batch)."""
-    require_finite_run(ev, "which keys the queue kept")
+    ev.require_finite("which keys the queue kept")
     queue = ev.queue
     if queue.capacity == 0:
         fail("the queue never received a key (is the enqueue missing, or is its result thrown "
@@ -312,7 +311,7 @@ IDS_MOVE_WITH_KEYS = check(
 def i3_ids_move_with_keys_lab(ev: LabEvidence) -> str | None:
     """``queue_ids[j]`` is the source id of the image whose key is ``queue[j]``: ids are
     enqueued and dropped together with their keys."""
-    require_finite_run(ev, "which id each queued key has")
+    ev.require_finite("which id each queued key has")
     queue = ev.require_entries("whose id could be compared with its key's")
     if _positions_known(ev):
         flat = torch.cat(queue.arrival_ids)

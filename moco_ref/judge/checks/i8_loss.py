@@ -170,8 +170,7 @@ def _fail_non_finite(ev: LabEvidence) -> None:
          "column, a probability divided by T, a temperature that reaches 0)",
          where=ev.step_where(t),
          expected="finite values at every step",
-         got=f"{what} holds NaN or inf from this step on",
-         details={"disables": []})
+         got=f"{what} holds NaN or inf from this step on")
 
 
 def _fail_empty_slots(ev: LabEvidence, diagnosis: LossDiagnosis, fault) -> None:
