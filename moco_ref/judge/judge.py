@@ -45,9 +45,21 @@ def judge(
         return _judge(observations, style, options, deadline)
 
 
-def _judge(observations: dict, style: str, options: GradeOptions, deadline: float | None):
-    evidence, broken = None, ""
-    if style in JUDGED_STYLES:
+def judge_evidence(evidence, style: str, options: GradeOptions) -> tuple[list[CheckResult], dict]:
+    """Every selected check's verdict on evidence built by the caller (a recording of trusted
+    code: ``moco_ref.trace``). A check the evidence names in its ``not_applicable`` map (what
+    such a recording cannot show: the two-process run, the constructor's ``mlp`` option) is
+    not applicable, with the reason given, and its points go to the others by the rubric's
+    rule."""
+    with one_thread():
+        return _judge({}, style, options, None, evidence)
+
+
+def _judge(observations: dict, style: str, options: GradeOptions, deadline: float | None,
+           evidence=None):
+    broken = ""
+    not_applicable = getattr(evidence, "not_applicable", {})
+    if evidence is None and style in JUDGED_STYLES:
         try:
             evidence = JUDGED_STYLES[style].evidence(observations, options)
         except Exception as exc:  # noqa: BLE001 - a malformed record: every check not judged
@@ -56,9 +68,9 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
     for spec in all_checks():
         if not options.selects(spec.check_id):
             continue
-        if not spec.applies_to(style):
-            results.append(_result(spec, Status.NOT_APPLICABLE,
-                                   not_applicable_reason(spec, style)))
+        if not spec.applies_to(style) or spec.check_id in not_applicable:
+            results.append(_result(spec, Status.NOT_APPLICABLE, not_applicable.get(
+                spec.check_id) or not_applicable_reason(spec, style)))
         elif evidence is None:
             results.append(_result(spec, Status.NOT_JUDGED, broken) if broken else
                            _result(spec, Status.ERROR, f"style {style!r} is not judged"))
@@ -66,7 +78,7 @@ def _judge(observations: dict, style: str, options: GradeOptions, deadline: floa
             results.append(_result(spec, Status.ERROR, OUT_OF_TIME))
         else:
             results.append(_timed(run_check, spec, style, evidence, crashes))
-    if evidence is not None and style == "lab":
+    if evidence is not None and style == "lab" and observations:
         results = _with_short_run(results, observations, style, options, deadline)
     results = _with_points(results, style, options)
     inferred = {"style": style}

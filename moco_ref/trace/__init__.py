@@ -1,0 +1,16 @@
+"""Judging MoCo where it lives: the user's own modules and training loop, in the user's own
+process (trusted code: no sandbox), with the grader's checks and messages.
+
+    from moco_ref.trace import MoCoParts, record_moco
+
+    parts = MoCoParts(query=model.encoder_q, key=model.encoder_k, queue=lambda: model.queue,
+                      pointer=lambda: model.queue_ptr, temperature=0.07, momentum=0.999)
+    with record_moco(parts) as recording:
+        ...  # k steps of your own loop
+    recording.assert_correct()
+"""
+
+from moco_ref.trace.parts import MoCoParts
+from moco_ref.trace.recorder import Recording, record_moco
+
+__all__ = ["MoCoParts", "Recording", "record_moco"]

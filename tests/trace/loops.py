@@ -1,0 +1,122 @@
+"""Training loops written the way users write them, each with switches for one seeded bug.
+
+``plain_loop``: the official asymmetric MoCo as a script's loop (global encoders, a [dim, K]
+queue tensor and a pointer, the EMA before the key forward). ``per_view_loop``: a symmetric
+MoCo v2+ with one queue per view and the EMA after the optimizer step (solo-learn's shape).
+Both run on tiny random images so a test takes well under a second.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from moco_ref.trace import MoCoParts, record_moco
+
+DIM, K, BATCH, M, T = 12, 32, 8, 0.9, 0.2
+
+
+def encoder() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(48, 32), nn.BatchNorm1d(32), nn.ReLU(),
+                         nn.Linear(32, DIM))
+
+
+def _views(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(BATCH, 3, 4, 4, generator=generator)
+    noise = [0.1 * torch.randn(x.shape, generator=generator) for _ in range(2)]
+    return x + noise[0], x + noise[1]
+
+
+def plain_loop(steps: int = 8, *, bug: str | None = None, k: int = K, batch: int = BATCH,
+               declare: bool = True, seed: int = 0):
+    """The official order in a script's own loop; returns the recording."""
+    global BATCH
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    query = encoder()
+    key = copy.deepcopy(query)
+    for p in key.parameters():
+        p.requires_grad = bug == "key-trained"
+    queue = F.normalize(torch.randn(DIM, k), dim=0)
+    pointer = torch.zeros(1, dtype=torch.long)
+    optimizer = torch.optim.SGD(query.parameters(), lr=0.5)
+    parts = MoCoParts(query=query, key=key, queue=lambda: queue, pointer=lambda: pointer,
+                      temperature=T if declare else None, momentum=M if declare else None)
+    old, BATCH = BATCH, batch
+    try:
+        with record_moco(parts) as recording:
+            for _ in range(steps):
+                im_q, im_k = _views(generator)
+                q = F.normalize(query(im_q), dim=1)
+                with torch.no_grad():
+                    for pq, pk in zip(query.parameters(), key.parameters()):
+                        if bug == "ema-swapped":
+                            pk.data = pk.data * (1 - M) + pq.data * M
+                        else:
+                            pk.data = pk.data * M + pq.data * (1 - M)
+                with torch.set_grad_enabled(bug == "key-trained"):
+                    k_ = F.normalize(key(im_k), dim=1)
+                positives = (q * k_).sum(dim=1, keepdim=True)
+                negatives = q @ queue.clone().detach()
+                logits = torch.cat([positives, negatives], dim=1)
+                logits = logits * T if bug == "t-multiplies" else logits / T
+                labels = torch.zeros(len(q), dtype=torch.long)
+                loss = F.cross_entropy(logits, labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                written = (q if bug == "enqueue-query" else k_).detach()
+                start = int(pointer)
+                end = min(start + len(written), k)
+                queue[:, start:end] = written[: end - start].T  # drops what does not fit
+                if bug != "pointer-stuck":
+                    pointer[0] = end % k
+    finally:
+        BATCH = old
+    return recording
+
+
+def per_view_loop(steps: int = 8, *, bug: str | None = None, seed: int = 0):
+    """A symmetric loss, one queue per view ``[2, dim, K]``, the EMA after the optimizer
+    step: queue ``v`` holds view ``v``'s keys and is the negatives of the other view's queries."""
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    query = encoder()
+    key = copy.deepcopy(query)
+    for p in key.parameters():
+        p.requires_grad = False
+    queue = F.normalize(torch.randn(2, DIM, K), dim=1)
+    pointer = torch.zeros(1, dtype=torch.long)
+    optimizer = torch.optim.SGD(query.parameters(), lr=0.5)
+    parts = MoCoParts(query=query, key=key, queue=lambda: queue, layout="per-view",
+                      pointer=lambda: pointer, temperature=T, momentum=M)
+
+    def half(q, k_, negatives):
+        logits = torch.cat([(q * k_).sum(1, keepdim=True), q @ negatives], dim=1) / T
+        return F.cross_entropy(logits, torch.zeros(len(q), dtype=torch.long))
+
+    with record_moco(parts) as recording:
+        for _ in range(steps):
+            x1, x2 = _views(generator)
+            q1, q2 = (F.normalize(query(x), dim=1) for x in (x1, x2))
+            with torch.no_grad():
+                k1, k2 = (F.normalize(key(x), dim=1) for x in (x1, x2))
+            bank = queue.clone().detach()
+            if bug == "same-view-queue":
+                loss = (half(q1, k2, bank[0]) + half(q2, k1, bank[1])) / 2
+            else:
+                loss = (half(q1, k2, bank[1]) + half(q2, k1, bank[0])) / 2
+            start = int(pointer)
+            queue[0][:, start:start + BATCH] = k1.T
+            queue[1][:, start:start + BATCH] = k2.T
+            pointer[0] = (start + BATCH) % K
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            with torch.no_grad():
+                for pq, pk in zip(query.parameters(), key.parameters()):
+                    pk.mul_(M).add_(pq, alpha=1 - M)
+    return recording
