@@ -43,3 +43,10 @@ def isolation_refusal(isolation: str | None = None) -> str:
     except ValueError as exc:  # a bad MOCO_REF_ISOLATION
         return str(exc)
     return ""
+
+
+PLUGIN_ISOLATION_HELP = (
+    "how the implementation runs, as grade --isolation: sandbox (default) for code you did not "
+    "write; processes for your own, trusted code (no sandbox: it runs as you, with your files, "
+    "and sees editable installs and PYTHONPATH as you do). To judge your MoCo inside your own "
+    "test process instead, use moco_ref.trace")

@@ -35,17 +35,33 @@ def pytest_addoption(parser) -> None:
         default=None,
         help="grade this MoCo implementation (.py, .ipynb or pkg.module): one test per check",
     )
+    from moco_ref.cli.isolation import PLUGIN_ISOLATION_HELP
     from moco_ref.cli.options import add_plugin_options
 
     add_plugin_options(group)
+    group.addoption("--moco-isolation", default=None, choices=_isolation_modes(),
+                    help=PLUGIN_ISOLATION_HELP)
+    group.addoption("--moco-rubric", metavar="FILE", default=None,
+                    help="the course's points per family or check (TOML), as grade --rubric")
+
+
+def _isolation_modes() -> tuple[str, ...]:
+    from moco_ref.sandbox.client import ISOLATION_MODES
+
+    return tuple(ISOLATION_MODES)
 
 
 def _options(config):
     from moco_ref.cli.options import options_from
+    from moco_ref.judge.rubric import RubricError, load_rubric
 
+    rubric = ()
+    path = config.getoption("moco_rubric")
     try:
-        return options_from(config)
-    except ValueError as exc:
+        if path:
+            rubric = load_rubric(Path(config.invocation_params.dir) / path).to_pairs()
+        return options_from(config, rubric=rubric)
+    except (ValueError, RubricError, OSError) as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
@@ -170,19 +186,20 @@ def _session_report(session):
 
         chosen = tuple(item.name for item in session.items if isinstance(item, CheckItem))
         options = replace(_options(session.config), checks=chosen)
-        report = _graded_once(session.config, _target(session.config), options)
+        report = _graded_once(session.config, _target(session.config), options,
+                              session.config.getoption("moco_isolation"))
         session.config.stash[_REPORT_KEY] = report
     return report
 
 
-def _graded_once(config, target: str, options):
+def _graded_once(config, target: str, options, isolation: str | None = None):
     """The implementation's report. Under pytest-xdist every worker collects the same items:
     the first to get here grades, the others read its report (a lock file per test run)."""
     from moco_ref.run.pipeline import grade_submission
 
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
-        return grade_submission(target, options)
+        return grade_submission(target, options, isolation=isolation)
     import fcntl
     import hashlib
     import json
@@ -197,7 +214,8 @@ def _graded_once(config, target: str, options):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if shared.exists():
             return SubmissionReport.from_dict(json.loads(shared.read_text(encoding="utf-8")))
-        report = grade_submission(target, options)
+        report = grade_submission(target, options,
+                                  isolation=isolation)
         shared.write_text(json.dumps(report.to_dict(), default=str), encoding="utf-8")
         return report
 

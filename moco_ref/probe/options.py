@@ -145,16 +145,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "builder: the loss the module must have, asymmetric (forward returns one "
                "(logits, labels) pair) or symmetric (two pairs, or a loss of two halves); "
                "detected from what forward returns when not given", "judging", str,
-               choices=VARIANTS),
+               choices=VARIANTS, in_plugin=True),
     OptionSpec("temperature", "--temperature",
                "T used to judge losses and logits (default %(default)s)", "judging", float,
                metavar="T", low=0.0, above_low=True, in_plugin=True),
     OptionSpec("expect_m", "--expect-m", "pin the momentum (as the assignment sets it)",
-               "judging", float, metavar="M", low=0.0, high=1.0, in_sensitivity=True),
+               "judging", float, metavar="M", low=0.0, high=1.0, in_plugin=True, in_sensitivity=True),
     OptionSpec("expect_capacity", "--expect-capacity", "pin the queue capacity", "judging",
-               int, metavar="K", low=1, in_sensitivity=True),
+               int, metavar="K", low=1, in_plugin=True, in_sensitivity=True),
     OptionSpec("expect_batch_size", "--expect-batch-size", "pin the batch size", "judging",
-               int, metavar="B", low=1, in_sensitivity=True),
+               int, metavar="B", low=1, in_plugin=True, in_sensitivity=True),
     OptionSpec("seed", "--seed", "probe seed (default %(default)s)", "judging", int,
                in_plugin=True),
     OptionSpec("timeout", "--timeout",
@@ -164,12 +164,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "memory of one submission's job, all its processes together (their "
                "proportional resident sets; default %(default)s); each process also has an "
                "address-space limit 4096 MB above it (torch alone maps ~3.4 GB)", "running",
-               int, metavar="MB", low=64),
+               int, metavar="MB", low=64, in_plugin=True),
     OptionSpec("check_timeout", "--check-timeout",
                "wall-clock seconds for each observed part (moco_warmup, train_moco, each "
                "component); one that runs out reports its checks 'timeout' and the rest is "
                "observed in a fresh process (default %(default)s; 0 = only --timeout)",
-               "running", float, metavar="S", low=0.0, zero_means_none=True),
+               "running", float, metavar="S", low=0.0, zero_means_none=True, in_plugin=True),
     OptionSpec("execute_all_cells", "--execute-all-cells",
                "notebooks: run every cell, not only imports and definitions", "running",
                in_plugin=True),

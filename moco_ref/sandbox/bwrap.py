@@ -117,6 +117,95 @@ def python_folders() -> list[str]:
                        for other in real)]
 
 
+def code_folders() -> list[str]:
+    """Folders of importable code outside site-packages, bound read-only beside it: the
+    folders ``.pth`` files add (a ``setup.py develop`` or flit/hatch editable install), the
+    package folders a setuptools editable finder maps (``__editable___*_finder.py``; a
+    src-layout package too) and the grader's ``PYTHONPATH`` entries (``pythonpath_entries``).
+    Never moco_ref's own checkout: only its observing side is in the sandbox."""
+    return [folder for folder, _ in _code_entries()]
+
+
+def _code_entries() -> list[tuple[str, str]]:
+    """``(folder to bind, the sys.path entry that imports from it)``."""
+    found: list[tuple[str, str]] = []
+    for folder in _site_folders():
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            if name.endswith(".pth"):
+                found += [(entry, entry) for entry in _pth_folders(path, folder)]
+            elif name.startswith("__editable__") and name.endswith("_finder.py"):
+                found += [(package, os.path.dirname(package.rstrip("/")))
+                          for package in _finder_folders(path)]
+    found += [(entry, entry) for entry in pythonpath_entries()]
+    checkout = str(PACKAGE_DIR.parent)
+    sites = python_folders()
+    real = {}
+    for folder, entry in found:
+        if not os.path.isdir(folder):
+            continue
+        folder = os.path.realpath(folder)
+        if _inside(checkout, folder) or _inside(folder, checkout) or any(
+                _inside(folder, site_folder) for site_folder in sites):
+            continue
+        real.setdefault(folder, os.path.realpath(entry))
+    return [(folder, entry) for folder, entry in sorted(real.items())
+            if not any(folder != other and _inside(folder, other) for other in real)]
+
+
+def _site_folders() -> list[str]:
+    folders = {sysconfig.get_paths().get(name) for name in ("purelib", "platlib")}
+    folders.update(getattr(site, "getsitepackages", list)())
+    folders.update(entry for entry in sys.path if entry.endswith(("site-packages",
+                                                                  "dist-packages")))
+    return sorted(folder for folder in folders if folder and os.path.isdir(folder))
+
+
+def pythonpath_entries() -> list[str]:
+    """The grader's ``PYTHONPATH`` folders that exist (a library checkout on the path)."""
+    return [os.path.realpath(entry) for entry in os.environ.get("PYTHONPATH", "").split(
+        os.pathsep) if entry and os.path.isdir(entry) and os.path.realpath(entry) not in (
+        os.path.realpath(str(PACKAGE_DIR.parent)),)]
+
+
+def _pth_folders(path: str, folder: str) -> list[str]:
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()[:200]
+    except OSError:
+        return []
+    return [os.path.join(folder, line.strip()) for line in lines
+            if line.strip() and not line.startswith(("#", "import ", "import\t"))]
+
+
+def _finder_folders(path: str) -> list[str]:
+    import ast
+    import re
+
+    try:
+        text = Path(path).read_text(errors="replace")[:200_000]
+        match = re.search(r"^MAPPING\s*(?::[^=\n]*)?=\s*(\{.*?\})\s*$", text, re.M | re.S)
+        mapping = ast.literal_eval(match.group(1)) if match else {}
+    except (OSError, ValueError, SyntaxError):
+        return []
+    return [str(value) for value in mapping.values() if isinstance(value, str)] if isinstance(
+        mapping, dict) else []
+
+
+def sandbox_pythonpath(view: str, *, relocated: bool = True) -> str:
+    """``PYTHONPATH`` inside: the view, then the grader's own entries and every code folder
+    bound somewhere else than where its ``.pth`` or finder names it (below ``/tmp``), as
+    bound (``relocated``: bwrap's view of the host; the confined rung sees the host's)."""
+    own = set(pythonpath_entries())
+    where = seen_as if relocated else (lambda path: path)
+    entries = [where(entry) for folder, entry in _code_entries()
+               if entry in own or where(folder) != folder]
+    return os.pathsep.join([view] + list(dict.fromkeys(entries)))
+
+
 def seen_as(path: str) -> str:
     """Where a host path is bound inside the sandbox: where it is, except below ``/tmp``
     (every job has a scratch of its own there), which moves to ``RELOCATED_TMP`` — e.g. a
@@ -154,6 +243,10 @@ def command(control_fd: int, etc_folder: str, *, hidden: tuple[str, ...] = (),
         if not any(_inside(folder, done) for done in bound):
             args += ["--ro-bind", folder, seen_as(folder)]
             bound.append(folder)
+    for folder in code_folders():
+        if not any(_inside(folder, done) for done in bound):
+            args += ["--ro-bind", folder, seen_as(folder)]
+            bound.append(folder)
     for folder in bound:  # an installed moco_ref: only the view below is importable
         installed = os.path.join(folder, "moco_ref")
         if folder != "/usr" and os.path.isdir(installed) and \
@@ -178,7 +271,7 @@ def command(control_fd: int, etc_folder: str, *, hidden: tuple[str, ...] = (),
              # the root and /dev are tmpfs folders bwrap made: shared by every job of this
              # sandbox, so read-only, or one job could leave a module there for the next
              "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", "/tmp"]
-    for name, value in ENVIRONMENT.items():
+    for name, value in dict(ENVIRONMENT, PYTHONPATH=sandbox_pythonpath(VIEW_ROOT)).items():
         args += ["--setenv", name, value]
     args += ["--", seen_as(sys.executable), "-m", "moco_ref.sandbox.zygote", "--fd",
              str(control_fd)]

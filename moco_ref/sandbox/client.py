@@ -216,7 +216,8 @@ class Zygote:
         if os.geteuid() == 0:
             self.job_ids = confined_view.readable_by_others(
                 [path for path, access in rules])
-        env = dict(bwrap.ENVIRONMENT, PYTHONPATH=view)
+        env = dict(bwrap.ENVIRONMENT, PYTHONPATH=bwrap.sandbox_pythonpath(
+            view, relocated=False))
         argv = [sys.executable, "-m", "moco_ref.sandbox.zygote", "--fd", str(control_fd),
                 "--confined", json.dumps(rules)]
         return argv, env, view

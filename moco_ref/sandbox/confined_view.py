@@ -79,6 +79,9 @@ def rules(view: str, *, hidden: tuple[str, ...]) -> list[list]:
     for folder in bwrap.python_folders():
         if not any(_inside(folder, done) for done in read):
             read += split_around(folder, hidden_real)
+    for folder in bwrap.code_folders():  # editable installs, PYTHONPATH entries
+        if not any(_inside(folder, done) for done in read):
+            read += split_around(folder, hidden_real)
     read += [f"/etc/{name}" for name in ETC_READ if os.path.exists(f"/etc/{name}")]
     read += [path for path in OTHER_READ if os.path.exists(path)]
     read.append(view)

@@ -101,7 +101,7 @@ def test_under_xdist_the_implementation_is_graded_once(monkeypatch, tmp_path):
 
     calls = []
 
-    def fake(target, options=None):
+    def fake(target, options=None, isolation=None):
         calls.append(target)
         return SubmissionReport(target, "lab", gradable=True, notes=["graded"])
 
