@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import torch
+
 from moco_ref.judge.assertions import NotExercised
 from moco_ref.judge.builder_evidence import BuilderEvidence
+from moco_ref.judge.invariants.buffer import arrival_labels, initial_labels
 from moco_ref.judge.invariants.logits import BUILDER_FORM, fit_temperature
 from moco_ref.probe.options import GradeOptions
 
@@ -72,6 +75,23 @@ class TraceEvidence(BuilderEvidence):
                                "MoCoParts(momentum=m) to hold the EMA to it); the fitted m is "
                                "in the report")
         return float(self.declared_momentum)
+
+    def drop_policy_departure(self) -> str | None:
+        """Where the buffer departs from a ring that *drops* the keys that do not fit before
+        the wrap (writes ``min(B, K − ptr)`` keys at ``ptr``, then ``ptr`` moves by that
+        many, mod K): None when every step's columns are exactly that ring's."""
+        K, B = self.probe.K, self.probe.batch
+        first = self.steps[0]
+        ptr = (first.ptr_before or 0) % K
+        labels = initial_labels(K, ptr)
+        for step, trace in zip(self.steps, self.columns):
+            written = min(B, K - ptr)
+            labels = labels.clone()
+            labels[ptr:ptr + written] = arrival_labels(K, B, step.index)[:written]
+            ptr = (ptr + written) % K
+            if not torch.equal(trace.labels, labels):
+                return f"after step {step.index}"
+        return None
 
     def inferred(self) -> dict:
         found = super().inferred()

@@ -39,6 +39,10 @@ class MoCoParts:
     temperature: float | None = None
     momentum: float | None = None
     from_start: bool = True  # the recording starts where training starts (θk a copy of θq)
+    # where the views arrive in image order: a module (its forward) or (object, method name),
+    # e.g. (model, "training_step"); its tensor arguments with one row per image, in order,
+    # are the views (im_q, im_k, …). Needed when the key encoder sees a shuffled batch
+    views: nn.Module | tuple[object, str] | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -49,6 +53,11 @@ class MoCoParts:
                                 f"not {type(getattr(self, name)).__name__}")
         if self.temperature is not None and not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, not {self.temperature}")
+        if self.views is not None and not isinstance(self.views, nn.Module) and not (
+                isinstance(self.views, tuple) and len(self.views) == 2 and isinstance(
+                    self.views[1], str) and callable(getattr(self.views[0], self.views[1],
+                                                             None))):
+            raise TypeError("MoCoParts.views must be an nn.Module or (object, method name)")
         if self.momentum is not None and not 0 <= self.momentum <= 1:
             raise ValueError(f"momentum must be in [0, 1], not {self.momentum}")
 

@@ -57,6 +57,7 @@ class Step:
     key_grads: list[bool] = field(default_factory=list)
     after_step: State | None = None
     cuda: bool = False
+    views: list[list[bytes]] = field(default_factory=list)  # MoCoParts.views: rows per view
     settled: bool = False  # the dictionary after the step has been read
 
 
@@ -134,6 +135,17 @@ class Recording:
             role, _row_digests(x), torch.is_grad_enabled(), self._training(),
             self._snap_q.take(), self._snap_k.take())
 
+    def _views(self, args: tuple, kwargs: dict) -> None:
+        """The views as ``MoCoParts.views`` receives them: its tensors of one batch, in order
+        (nested in lists and tuples too)."""
+        if not self._training():
+            return
+        tensors = _all_tensors((*args, *kwargs.values()))
+        images = [t for t in tensors if t.ndim >= 2 and t.is_floating_point()]
+        if images:
+            size = len(images[0])
+            self._step().views = [_row_digests(t) for t in images if len(t) == size]
+
     def _output(self, role: str, output) -> None:
         forward = self._pending.pop(role, None)
         if forward is None:
@@ -196,6 +208,7 @@ def record_moco(parts: MoCoParts, name: str = "your MoCo"):
             with_kwargs=True))
         handles.append(modules[-1].register_forward_hook(
             lambda _m, _args, output, role=role: recording._output(role, output)))
+    restore = _watch_views(parts.views, recording)
     from torch.optim.optimizer import (
         register_optimizer_step_post_hook,
         register_optimizer_step_pre_hook,
@@ -218,8 +231,48 @@ def record_moco(parts: MoCoParts, name: str = "your MoCo"):
     finally:
         functional.cross_entropy = original
         recording._settle()
+        restore()
         for handle in handles:
             handle.remove()
+
+
+def _watch_views(views, recording: Recording):
+    """Hook where the views arrive; returns what undoes it."""
+    if views is None:
+        return lambda: None
+    if isinstance(views, nn.Module):
+        handle = views.register_forward_pre_hook(
+            lambda _m, args, kwargs: recording._views(args, kwargs), with_kwargs=True)
+        return handle.remove
+    owner, name = views
+    method = getattr(owner, name)
+    had_own = name in getattr(owner, "__dict__", {})
+
+    def watched(*args, **kwargs):
+        recording._views(args, kwargs)
+        return method(*args, **kwargs)
+
+    setattr(owner, name, watched)
+
+    def restore() -> None:
+        if had_own:
+            setattr(owner, name, method)
+        else:
+            delattr(owner, name)
+
+    return restore
+
+
+def _all_tensors(values) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            found += _all_tensors(value)
+        elif isinstance(value, dict):
+            found += _all_tensors(tuple(value.values()))
+    return found
 
 
 def _first_tensor(values) -> torch.Tensor | None:

@@ -30,10 +30,11 @@ def track_records(recording: Recording) -> list[tuple[str, dict]]:
 
 def _traced(step: Step) -> list[dict]:
     """Each forward with the view and image of each of its rows."""
-    views: list[dict[bytes, int]] = []  # view -> row digest -> image index
+    views: list[dict[bytes, int]] = [  # view -> row digest -> image index
+        {d: r for r, d in enumerate(rows)} for rows in step.views]
     queries = [i for i, f in enumerate(step.forwards) if f.role == "q"]
     keys = [i for i, f in enumerate(step.forwards) if f.role != "q"]
-    if not queries:
+    if not queries and not views:
         views.append({})  # the query encoder never ran: im_q is still view 0
     assigned: dict[int, tuple[list[int], list[int]]] = {}
     for i in queries + keys:

@@ -9,6 +9,7 @@ Both run on tiny random images so a test takes well under a second.
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -30,50 +31,93 @@ def _views(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     return x + noise[0], x + noise[1]
 
 
+class EmaWrapper(nn.Module):
+    """An averaged copy in a wrapper, as mmengine's and timm's EMA classes hold it."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.module = copy.deepcopy(model)
+
+    def forward(self, x):
+        return self.module(x)
+
+
+def _ema(query: nn.Module, key: nn.Module, swapped: bool) -> None:
+    with torch.no_grad():
+        for pq, pk in zip(query.parameters(), key.parameters()):
+            if swapped:
+                pk.data = pk.data * (1 - M) + pq.data * M
+            else:
+                pk.data = pk.data * M + pq.data * (1 - M)
+
+
 def plain_loop(steps: int = 8, *, bug: str | None = None, k: int = K, batch: int = BATCH,
-               declare: bool = True, seed: int = 0):
-    """The official order in a script's own loop; returns the recording."""
+               declare: bool = True, seed: int = 0, shuffle: bool = False,
+               wrapper: bool = False, order: str = "official", validation: bool = False):
+    """The official order in a script's own loop (``order="paper"``: the EMA after the
+    optimizer step); ``shuffle``: the key batch goes through the key encoder in a random row
+    order and is put back (shuffle BN on one process); ``wrapper``: the key encoder is held by
+    an EMA wrapper; ``validation``: an eval-mode pass between steps. Returns the recording."""
     global BATCH
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     query = encoder()
-    key = copy.deepcopy(query)
+    holder = EmaWrapper(query) if wrapper else copy.deepcopy(query)
+    key = holder.module if wrapper else holder
     for p in key.parameters():
         p.requires_grad = bug == "key-trained"
     queue = F.normalize(torch.randn(DIM, k), dim=0)
     pointer = torch.zeros(1, dtype=torch.long)
     optimizer = torch.optim.SGD(query.parameters(), lr=0.5)
-    parts = MoCoParts(query=query, key=key, queue=lambda: queue, pointer=lambda: pointer,
-                      temperature=T if declare else None, momentum=M if declare else None)
+    def forward(im_q, im_k):
+        """The step's forward, taking the views in image order (``MoCoParts.views``)."""
+        q = F.normalize(query(im_q), dim=1)
+        if order == "official":
+            _ema(query, key, bug == "ema-swapped")
+        if bug == "key-from-query-view":
+            im_k = im_q
+        with torch.set_grad_enabled(bug == "key-trained"):
+            if shuffle:
+                perm = torch.randperm(len(im_k), generator=generator)
+                k_ = F.normalize(holder(im_k[perm]), dim=1)[torch.argsort(perm)]
+            else:
+                k_ = F.normalize(holder(im_k), dim=1)
+        positives = (q * k_).sum(dim=1, keepdim=True)
+        negatives = q @ queue.clone().detach()
+        logits = torch.cat([positives, negatives], dim=1)
+        loop.keys = k_
+        return q, logits * T if bug == "t-multiplies" else logits / T
+
+    loop = SimpleNamespace(forward=forward, keys=None)
+    parts = MoCoParts(query=query, key=holder, queue=lambda: queue, pointer=lambda: pointer,
+                      temperature=T if declare else None, momentum=M if declare else None,
+                      views=(loop, "forward"))
     old, BATCH = BATCH, batch
     try:
         with record_moco(parts) as recording:
             for _ in range(steps):
                 im_q, im_k = _views(generator)
-                q = F.normalize(query(im_q), dim=1)
-                with torch.no_grad():
-                    for pq, pk in zip(query.parameters(), key.parameters()):
-                        if bug == "ema-swapped":
-                            pk.data = pk.data * (1 - M) + pq.data * M
-                        else:
-                            pk.data = pk.data * M + pq.data * (1 - M)
-                with torch.set_grad_enabled(bug == "key-trained"):
-                    k_ = F.normalize(key(im_k), dim=1)
-                positives = (q * k_).sum(dim=1, keepdim=True)
-                negatives = q @ queue.clone().detach()
-                logits = torch.cat([positives, negatives], dim=1)
-                logits = logits * T if bug == "t-multiplies" else logits / T
+                q, logits = loop.forward(im_q, im_k)
                 labels = torch.zeros(len(q), dtype=torch.long)
                 loss = F.cross_entropy(logits, labels)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                written = (q if bug == "enqueue-query" else k_).detach()
+                written = (q if bug == "enqueue-query" else loop.keys).detach()
                 start = int(pointer)
                 end = min(start + len(written), k)
                 queue[:, start:end] = written[: end - start].T  # drops what does not fit
                 if bug != "pointer-stuck":
                     pointer[0] = end % k
+                if order == "paper":
+                    _ema(query, key, bug == "ema-swapped")
+                if validation:
+                    query.eval()
+                    holder.eval()
+                    with torch.no_grad():
+                        query(_views(generator)[0]), holder(_views(generator)[1])
+                    query.train()
+                    holder.train()
     finally:
         BATCH = old
     return recording
