@@ -215,7 +215,7 @@ def record_moco(parts: MoCoParts, name: str = "your MoCo"):
     )
 
     handles.append(register_optimizer_step_pre_hook(
-        lambda *_: recording._before_optimizer_step()))
+        lambda _optimizer, args, kwargs: _after_closure(recording, args, kwargs)))
     handles.append(register_optimizer_step_post_hook(
         lambda *_: recording._after_optimizer_step()))
     functional = torch.nn.functional
@@ -234,6 +234,25 @@ def record_moco(parts: MoCoParts, name: str = "your MoCo"):
         restore()
         for handle in handles:
             handle.remove()
+
+
+def _after_closure(recording: Recording, args: tuple, kwargs: dict):
+    """``optimizer.step(closure)`` (Lightning's automatic optimization, LBFGS) runs the
+    forward and backward inside the step: the state after the forward is read when the
+    closure returns, before the update."""
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args[0]: self
+    if closure is None:
+        recording._before_optimizer_step()
+        return None
+
+    def closure_then_read():
+        result = closure()
+        recording._before_optimizer_step()
+        return result
+
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": closure_then_read}
+    return (args[0], closure_then_read, *args[2:]), kwargs
 
 
 def _watch_views(views, recording: Recording):

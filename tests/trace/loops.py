@@ -53,7 +53,8 @@ def _ema(query: nn.Module, key: nn.Module, swapped: bool) -> None:
 
 def plain_loop(steps: int = 8, *, bug: str | None = None, k: int = K, batch: int = BATCH,
                declare: bool = True, seed: int = 0, shuffle: bool = False,
-               wrapper: bool = False, order: str = "official", validation: bool = False):
+               wrapper: bool = False, order: str = "official", validation: bool = False,
+               closure: bool = False):
     """The official order in a script's own loop (``order="paper"``: the EMA after the
     optimizer step); ``shuffle``: the key batch goes through the key encoder in a random row
     order and is put back (shuffle BN on one process); ``wrapper``: the key encoder is held by
@@ -97,12 +98,22 @@ def plain_loop(steps: int = 8, *, bug: str | None = None, k: int = K, batch: int
         with record_moco(parts) as recording:
             for _ in range(steps):
                 im_q, im_k = _views(generator)
-                q, logits = loop.forward(im_q, im_k)
-                labels = torch.zeros(len(q), dtype=torch.long)
-                loss = F.cross_entropy(logits, labels)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+                seen = {}
+
+                def step_closure():
+                    q, logits = loop.forward(im_q, im_k)
+                    loss = F.cross_entropy(logits, torch.zeros(len(q), dtype=torch.long))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    seen["q"] = q
+                    return loss
+
+                if closure:  # the forward inside optimizer.step, as Lightning runs it
+                    optimizer.step(step_closure)
+                else:
+                    step_closure()
+                    optimizer.step()
+                q = seen["q"]
                 written = (q if bug == "enqueue-query" else loop.keys).detach()
                 start = int(pointer)
                 end = min(start + len(written), k)

@@ -128,3 +128,11 @@ def test_bad_parts_are_refused_clearly(bad, error):
     arguments = {"query": torch.nn.Linear(2, 2), "key": torch.nn.Linear(2, 2), **bad}
     with pytest.raises(error):
         MoCoParts(**arguments)
+
+
+def test_a_step_whose_forward_runs_in_the_optimizers_closure_is_one_step():
+    """Lightning's automatic optimization (and LBFGS) run forward and backward inside
+    ``optimizer.step(closure)``: each call is still one recorded step."""
+    report = plain_loop(closure=True).judge()
+    assert report.report.inferred["steps_recorded"] == 8
+    assert _applicable_all_passed(report), report.text()
