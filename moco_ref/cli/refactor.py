@@ -7,6 +7,30 @@ import sys
 from pathlib import Path
 
 _SHOWN_CHARS = 4096  # a verdict line of compare at most
+# compare's exit code by verdict: 2 is a usage error; a different starting state is neither
+# a pass nor a behaviour change
+VERDICT_EXIT = {"identical": 0, "rounding": 0, "behaviour": 1, "start": 3}
+PROBE_ARGUMENTS = ("dim", "K", "m", "T", "mlp")
+
+
+def init_kwargs_of(pairs: list[str]) -> tuple[tuple[str, object], ...]:
+    """``--init-arg NAME=VALUE`` pairs (VALUE as JSON, else the string); ValueError with one
+    line for a malformed one or one of the probe's own arguments."""
+    import json
+
+    found = []
+    for pair in pairs:
+        name, equals, raw = pair.partition("=")
+        if not equals or not name.isidentifier():
+            raise ValueError(f"--init-arg {pair!r}: expected NAME=VALUE")
+        if name in PROBE_ARGUMENTS:
+            raise ValueError(f"--init-arg {name}: the probe sets {', '.join(PROBE_ARGUMENTS)}")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        found.append((name, value))
+    return tuple(found)
 
 
 def add_parsers(subparsers) -> None:
@@ -17,6 +41,10 @@ def add_parsers(subparsers) -> None:
     record.add_argument("--style", choices=("lab", "components", "builder"), default=None)
     record.add_argument("--seed", type=int, default=0)
     record.add_argument("--timeout", type=float, default=120.0)
+    record.add_argument("--init-arg", action="append", default=[], metavar="NAME=VALUE",
+                        help="builder: one more keyword argument of the module's constructor "
+                             "(VALUE as JSON, else a string), e.g. --init-arg "
+                             "fixed_batch_size=8; never dim, K, m, T or mlp (the probe's)")
     record.set_defaults(run=run_record)
     compare = subparsers.add_parser(
         "compare", help="name the first step where two recorded trajectories differ")
@@ -49,9 +77,18 @@ def run_record(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         print(f"moco-ref: error: --timeout must be > 0, not {args.timeout:g}", file=sys.stderr)
         return 2
-    options = GradeOptions(style=args.style, seed=args.seed, timeout=args.timeout)
+    try:
+        init_kwargs = init_kwargs_of(args.init_arg)
+    except ValueError as exc:
+        print(f"moco-ref: error: {exc}", file=sys.stderr)
+        return 2
+    options = GradeOptions(style=args.style, seed=args.seed, timeout=args.timeout,
+                           init_kwargs=init_kwargs)
     record = observe_sandboxed(args.target, options)
-    if not record.get("gradable") or record.get("missing"):
+    if record.get("gradable") and record.get("style") == "builder" and not record.get(
+            "missing"):
+        pass  # a module's crash is part of its trajectory (told by compare in its terms)
+    elif not record.get("gradable") or record.get("missing"):
         why = record.get("traceback") or "; ".join(
             f"{part}: {reason}" for part, reason in record.get("missing", {}).items())
         print(f"moco-ref record: {args.target} could not be observed:\n{clean_text(why)}",
@@ -84,7 +121,7 @@ def run_compare(args: argparse.Namespace) -> int:
         if args.rtol is None and args.atol is None and not args.bitwise:
             verdict = verdict or refactor_guard.classify(a, b)
             print(shown_name(verdict, cap=_SHOWN_CHARS))
-            return 1 if verdict.kind == "behaviour" else 0
+            return VERDICT_EXIT[verdict.kind]
         rtol, atol = args.rtol or 0.0, args.atol or 0.0
         divergence = refactor_guard.compare(a, b, rtol=rtol, atol=atol)
     except (ValueError, KeyError) as error:  # one line, the usage exit code

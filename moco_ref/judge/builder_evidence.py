@@ -177,8 +177,9 @@ class BuilderEvidence:
         run = self.record.get(which) or {}
         if run.get("error"):
             p = self.probe
+            extra = "".join(f", {name}={value!r}" for name, value in self.options.init_kwargs)
             call = (f"MoCo(base_encoder, dim={p.dim}, K={p.K}, m={p.m:g}, T={p.T:g}, "
-                    f"mlp={run.get('mlp', False)})")
+                    f"mlp={run.get('mlp', False)}{extra})")
             stage = run.get("stage", "")
             if stage == "construct":
                 summary = f"{call} raised"

@@ -14,7 +14,7 @@ from dataclasses import replace
 import torch
 
 from moco_ref.observe.builder_env import cuda_on_cpu, one_process_group
-from moco_ref.observe.builder_probe import run_builder
+from moco_ref.observe.builder_probe import CONSTRUCTOR_EXTRAS, run_builder
 from moco_ref.observe.builder_ranks import observe_ranks
 from moco_ref.probe.builder import (
     BuilderProbe,
@@ -39,6 +39,8 @@ def observe_builder(namespace: dict, options: GradeOptions,
         record["error"] = "MoCo is not defined (a builder submission defines a class MoCo)"
         return record
     record["error"] = None
+    CONSTRUCTOR_EXTRAS.clear()
+    CONSTRUCTOR_EXTRAS.update(dict(options.init_kwargs))
     with one_thread(), torch.random.fork_rng(devices=[]), cuda_on_cpu() as mapped, \
             one_process_group() as group:
         record["environment"] = {"process_group": group, "cuda_on_cpu": mapped}

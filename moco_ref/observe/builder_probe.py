@@ -267,6 +267,11 @@ def accepts_keyword(cls, name: str) -> bool:
                for p in parameters)
 
 
+# more keyword arguments of the constructor (GradeOptions.init_kwargs), set by the observer
+# for the runs it makes (the two-process run's children inherit it)
+CONSTRUCTOR_EXTRAS: dict = {}
+
+
 def build_options(moco_class, probe: BuilderProbe, mlp: bool = False) -> dict:
     """The keyword arguments the module is built with: the probe's dim, K, m, T; ``mlp`` when
     the constructor takes it; ``symmetric=True`` under ``--variant symmetric`` when it takes
@@ -276,6 +281,8 @@ def build_options(moco_class, probe: BuilderProbe, mlp: bool = False) -> dict:
         options["mlp"] = mlp
     if probe.symmetric and names_parameter(moco_class, "symmetric"):
         options["symmetric"] = True
+    options.update({name: value for name, value in CONSTRUCTOR_EXTRAS.items()
+                    if name not in options})
     return options
 
 

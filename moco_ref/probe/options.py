@@ -32,6 +32,9 @@ class GradeOptions:
     # the course's probe key (a digest of its secret, ``probe_key_of``): the probe's sizes,
     # ids and seeds are drawn from it; "" = the documented default probe
     probe_key: str = ""
+    # builder: more keyword arguments of the constructor, as (name, JSON value) pairs (a
+    # fork's own option); never the probe's dim, K, m, T or mlp
+    init_kwargs: tuple[tuple[str, object], ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -41,6 +44,7 @@ class GradeOptions:
         data = dict(data)
         data["checks"] = tuple(data.get("checks", ()))
         data["rubric"] = tuple((str(k), float(v)) for k, v in data.get("rubric", ()))
+        data["init_kwargs"] = tuple((str(k), v) for k, v in data.get("init_kwargs", ()))
         return cls(**data)
 
     def for_the_probe(self) -> GradeOptions:

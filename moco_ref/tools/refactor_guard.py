@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,29 +73,100 @@ def trajectory_from_observations(observations: dict, style: str, source: str = "
             "warmup": _plain(observations.get("moco_warmup", {}).get("result"))}
 
 
-def _builder_trajectory(observations: dict) -> dict:
-    """A ``builder`` module's main run on the grader's probe, step by step: the encoders' raw
-    outputs (``q``, ``k``: both views stacked for a symmetric module), the returned logits, the
-    loss it trained on, the buffer after the forward (one row per key column) and both
-    encoders' parameters at the key forward; per step the law it followed."""
+def _builder_trajectory(observations: dict, evidence=None, judged=None) -> dict:
+    """A ``builder`` module's main run, step by step: the encoders' raw outputs (``q``,
+    ``k``: both views stacked for a symmetric module), the returned logits, the loss it
+    trained on, the buffer after the forward (one row per key column) and both encoders'
+    parameters at the key forward; per step the law it followed. Also the state it started
+    from (``start``), every other run the grader makes (``runs``: mlp, K not a multiple of the
+    batch, each rank of the two-process run) and where a run crashed, in the user's terms.
+    ``evidence``/``judged``: a recording's (``moco_ref.trace``), else the grader's record's."""
     from moco_ref.judge.builder_evidence import BuilderEvidence
 
-    evidence = BuilderEvidence(observations, GradeOptions(style="builder"))
-    records = evidence.require_run()["steps"]
+    evidence = evidence or BuilderEvidence(observations, GradeOptions(style="builder"))
+    record = evidence.record
+    head = {"start": _start_of(record.get("run")), "runs": _other_runs(record),
+            "warmup": None}
+    try:
+        records = evidence.require_run()["steps"]
+        steps_seen = evidence.steps
+    except Exception as crash:  # noqa: BLE001 - the run crashed: that is its trajectory
+        return {**head, "steps": [], "final": None, "laws": None,
+                "crash": _crash_of(record.get("run"), "the main run", crash)}
     steps = [
         {"step": s.index, "epoch": None, "ids": list(range(len(s.q))), "q": _plain(s.q),
          "k": _plain(s.k), "logits": _plain(s.logits), "loss": records[t].get("loss"),
          "queue": _plain(s.queue_after), "query_params": _plain(s.query_params),
-         "key_params": _plain(s.key_params)}
-        for t, s in enumerate(evidence.steps)
+         "key_params": _plain(s.key_params), "inputs": records[t].get("inputs")}
+        for t, s in enumerate(steps_seen)
     ]
     last = records[-1]
     final = {"queue": _plain(evidence.steps[-1].queue_after), "queue_ids": None,
              "history": None, "drift": None,
              "query_params": _plain(last["after_step"]["params_q"]),
              "key_params": _plain(last["after_step"]["params_k"])}
-    return {"steps": steps, "final": final, "laws": _laws(observations, evidence, "builder"),
-            "warmup": None}
+    return {**head, "steps": steps, "final": final, "crash": None,
+            "laws": _laws(observations, evidence, "builder", judged)}
+
+
+def _start_of(run) -> dict | None:
+    """The state a run starts from: θq, θk and the dictionary as built."""
+    initial = run.get("initial") if isinstance(run, dict) else None
+    if not isinstance(initial, dict):
+        return None
+    return {name: _plain(initial.get(name)) for name in ("params_q", "params_k", "queue",
+                                                         "queue_ptr")}
+
+
+RUN_NAMES = {"mlp": "the mlp=True run", "ragged": "the run with K not a multiple of the batch"}
+
+
+def _other_runs(record: dict) -> dict:
+    """Each other run the grader made, briefly: per step the logits, the loss and the buffer
+    after the forward; or where it crashed."""
+    runs = {name: record.get(name) for name in RUN_NAMES}
+    ranks = record.get("ranks") if isinstance(record.get("ranks"), dict) else {}
+    for rank, run in enumerate(ranks.get("runs") or []):
+        runs[f"rank {rank}"] = run
+    out = {}
+    for name, run in runs.items():
+        if not isinstance(run, dict):
+            continue
+        where = RUN_NAMES.get(name, f"the two-process run's {name}")
+        out[name] = {"where": where, "crash": _crash_of(run, where) if run.get("error")
+                     else None,
+                     "steps": [{"logits": _plain(step.get("logits")), "loss": step.get("loss"),
+                                "queue": _plain((step.get("after_forward") or {}).get("queue"))}
+                               for step in run.get("steps") or []]}
+    return out
+
+
+def _crash_of(run, where: str, crash: BaseException | None = None) -> dict:
+    """Where a run raised, in the user's terms: the run, the stage (construction or step t),
+    the exception's last line and the user's own frame that raised it."""
+    run = run if isinstance(run, dict) else {}
+    text = str(run.get("error") or crash or "")
+    text = text.split("\ntensors in ", 1)[0]
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    exception = lines[-1].strip() if lines else "an error"
+    frames = [_FRAME.match(line.strip()) for line in lines]
+    frames = [match for match in frames if match]
+    frame = f"in {frames[-1]['function']} ({frames[-1]['file'].rsplit('/', 1)[-1]})" \
+        if frames else ""
+    return {"where": where, "stage": str(run.get("stage") or ""), "exception": exception[:300],
+            "frame": frame[:300], "line": int(frames[-1]["line"]) if frames else None}
+
+
+# a traceback's frame line; the line number is kept apart (``line``): a refactor moves lines
+_FRAME = re.compile(r'^File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<function>\S+)')
+
+
+def crash_text(crash: dict) -> str:
+    stage = crash.get("stage") or ""
+    at = {"construct": "building the module", "optimizer": "building the optimizer"}.get(
+        stage, stage)
+    frame = f" ({crash['frame']})" if crash.get("frame") else ""
+    return f"{crash['where']} raised at {at}: {crash['exception']}{frame}"
 
 
 def _builder_loss_laws(evidence) -> list[str | None]:
@@ -110,13 +182,13 @@ def _builder_loss_laws(evidence) -> list[str | None]:
     return laws
 
 
-def _laws(observations: dict, evidence, style: str = "lab") -> dict:
+def _laws(observations: dict, evidence, style: str = "lab", judged=None) -> dict:
     """Which MoCo transition each step followed, judged from that run's own recorded state:
     the loss form (``None``: no known form) and whether the key update obeyed the EMA law;
     plus the run's hyperparameters and the checks it fails."""
     from moco_ref.judge.judge import judge
 
-    results, inferred = judge(observations, style, GradeOptions(style=style))
+    results, inferred = judged or judge(observations, style, GradeOptions(style=style))
     per_step = [{"loss": None, "ema": "law"} for _ in evidence.steps]
     try:
         if style == "builder":
@@ -162,8 +234,10 @@ def _reference_losses(evidence) -> list[float | None]:
 @dataclass(frozen=True)
 class Verdict:
     """How two runs relate: ``identical`` (bitwise), ``rounding`` (the same MoCo transition at
-    every step, the trajectories apart only by amplified float rounding) or ``behaviour`` (a
-    run leaves the law, or the two follow different laws, at ``where``)."""
+    every step, the trajectories apart only by amplified float rounding), ``start`` (the same
+    transitions from a different starting state: the initial queue, the initialisation, the
+    images fed) or ``behaviour`` (a run leaves the law, the two follow different laws, or one
+    crashes, at ``where``)."""
 
     kind: str
     where: str = ""
@@ -179,15 +253,26 @@ class Verdict:
             return (f"equivalent up to rounding: both follow the same MoCo transition at every "
                     f"step ({self.detail}); the keys drift apart only by amplified float "
                     f"rounding, largest relative difference per step {shown}{last}")
+        if self.kind == "start":
+            return f"a different starting state at {self.where}: {self.detail}"
         return f"behaviour change at {self.where}: {self.detail}"
 
 
 def classify(a: dict, b: dict) -> Verdict:
     """``a`` against ``b``: identical, equivalent up to rounding, or a behaviour change at the
     first step where one run leaves the law the other follows (or both, differently)."""
+    crashed = _crash_difference(a, b)
+    if crashed is not None:
+        return crashed
     divergence = compare(a, b)
     if divergence is None:
         return Verdict("identical")
+    main = compare(a, b, runs=False)
+    if main is None:  # the main run is bitwise the same: another run tells them apart
+        return _runs_verdict(a, b) or Verdict("behaviour", divergence.where, divergence.detail)
+    fed = _inputs_difference(a, b)
+    if fed is not None:
+        return fed
     if "laws" not in a or "laws" not in b:
         return Verdict("behaviour", divergence.where, divergence.detail + " (these recordings "
                        "carry no per-step laws: record them again to tell rounding apart)")
@@ -220,9 +305,82 @@ def classify(a: dict, b: dict) -> Verdict:
     if la["failed_checks"] != lb["failed_checks"]:
         only = sorted(set(la["failed_checks"]) ^ set(lb["failed_checks"]))
         return Verdict("behaviour", "the grader's verdict", f"only one run fails {only}")
+    others = _runs_verdict(a, b)
+    if others is not None and others.kind == "behaviour":
+        return others
     growth = tuple(_relative_gap(x["k"], y["k"]) for x, y in zip(a["steps"], b["steps"]))
     law = "; ".join(sorted({s["loss"] for s in la["steps"] if s["loss"]})) or "the reference"
+    start = _start_difference(a, b)
+    if start is not None:
+        return Verdict("start", "the start", f"{start}; from there both follow the same MoCo "
+                       f"transition at every step ({law})", growth)
     return Verdict("rounding", detail=law, growth=growth)
+
+
+def _crash_difference(a: dict, b: dict) -> Verdict | None:
+    """A main run that crashed in one recording (or crashed elsewhere in the other)."""
+    x, y = a.get("crash"), b.get("crash")
+    if not x and not y:
+        return None
+    if x and y and (x.get("stage"), x.get("exception")) == (y.get("stage"), y.get("exception")):
+        return None if a.get("steps") == b.get("steps") else Verdict(
+            "behaviour", x["where"], f"both raised ({crash_text(x)}) after different steps")
+    shown = {name: crash_text(c) if c else "ran to the end" for name, c in (("A", x), ("B", y))}
+    where = (x or y)["where"]
+    stage = (x or y).get("stage") or ""
+    return Verdict("behaviour", f"{where}, {stage}" if stage else where,
+                   f"A: {shown['A']}; B: {shown['B']}")
+
+
+def _runs_verdict(a: dict, b: dict) -> Verdict | None:
+    """The first other run (mlp, K not a multiple of the batch, a rank of the two-process run)
+    where the two differ: a crash on one side, or its steps apart."""
+    runs_a, runs_b = a.get("runs") or {}, b.get("runs") or {}
+    for name in list(dict.fromkeys([*runs_a, *runs_b])):
+        x, y = runs_a.get(name), runs_b.get(name)
+        if x is None or y is None:
+            return Verdict("behaviour", (x or y)["where"], "made in one recording only")
+        if (x.get("crash") or {}).get("exception") != (y.get("crash") or {}).get("exception"):
+            shown = {side: crash_text(run["crash"]) if run.get("crash") else "ran to the end"
+                     for side, run in (("A", x), ("B", y))}
+            stage = (x.get("crash") or y.get("crash")).get("stage")
+            return Verdict("behaviour", f"{x['where']}, {stage}",
+                           f"A: {shown['A']}; B: {shown['B']}")
+        for t, (sx, sy) in enumerate(zip(x["steps"], y["steps"])):
+            for quantity in ("logits", "loss", "queue"):
+                difference = _numeric_difference(sx.get(quantity), sy.get(quantity), 0.0, 0.0)
+                if difference:
+                    return Verdict("behaviour", f"{x['where']}, step {t}: {quantity}",
+                                   difference)
+        if len(x["steps"]) != len(y["steps"]):
+            return Verdict("behaviour", x["where"],
+                           f"A has {len(x['steps'])} steps, B has {len(y['steps'])}")
+    return None
+
+
+def _inputs_difference(a: dict, b: dict) -> Verdict | None:
+    """Recordings of a user's own loop carry a digest of each step's images: a different
+    digest is a different data stream, not a different MoCo."""
+    for t, (x, y) in enumerate(zip(a.get("steps") or [], b.get("steps") or [])):
+        if x.get("inputs") and y.get("inputs") and x["inputs"] != y["inputs"]:
+            return Verdict("start", f"step {t}", (
+                f"the runs are fed different images from step {t} (the data, its order or the "
+                "random numbers that make the views are drawn differently): a different "
+                "starting state, not a different MoCo; fix the seeds and the data order to "
+                "compare the transitions"))
+    return None
+
+
+def _start_difference(a: dict, b: dict) -> str | None:
+    """How the states the runs start from differ (the dictionary as built, θq, θk), or None."""
+    x, y = a.get("start") or {}, b.get("start") or {}
+    said = []
+    for name, what in (("queue", "queues"), ("params_q", "initial query encoders (θq)"),
+                       ("params_k", "initial key encoders (θk)")):
+        difference = _numeric_difference(x.get(name), y.get(name), 0.0, 0.0)
+        if difference:
+            said.append(f"the runs start from different {what}: {difference}")
+    return "; ".join(said) or None
 
 
 def _step_name(t: int, step: dict, ids: bool = False) -> str:
@@ -271,8 +429,10 @@ def _brief(value) -> str:
     return text if len(text) < 80 else text[:77] + "..."
 
 
-def compare(a: dict, b: dict, rtol: float = 0.0, atol: float = 0.0) -> Divergence | None:
-    """The first place where trajectories ``a`` and ``b`` differ, or None."""
+def compare(a: dict, b: dict, rtol: float = 0.0, atol: float = 0.0, *,
+            runs: bool = True) -> Divergence | None:
+    """The first place where trajectories ``a`` and ``b`` differ, or None (``runs``: the
+    other runs a module's recording holds too)."""
     for document, name in ((a, "A"), (b, "B")):
         if document.get("format") != FORMAT:
             raise ValueError(f"{name} is not a moco-ref trajectory (format {FORMAT!r})")
@@ -291,11 +451,22 @@ def compare(a: dict, b: dict, rtol: float = 0.0, atol: float = 0.0) -> Divergenc
         return Divergence(f"step {min(len(a['steps']), len(b['steps']))}",
                           f"A has {len(a['steps'])} steps, B has {len(b['steps'])}")
     for quantity in FINAL_QUANTITIES:
+        if a.get("final") is None or b.get("final") is None:
+            if a.get("final") is not b.get("final"):
+                return Divergence("the end of training", "one run has no end (it crashed)")
+            break
         difference = _numeric_difference(a["final"][quantity], b["final"][quantity], rtol, atol)
         if difference:
             return Divergence(f"the end of training: {quantity}", difference)
     difference = _numeric_difference(_flat_warmup(a), _flat_warmup(b), rtol, atol)
-    return Divergence("moco_warmup", difference) if difference else None
+    if difference:
+        return Divergence("moco_warmup", difference)
+    if runs:
+        found = _compare_tree(a.get("runs") or {}, b.get("runs") or {}, "runs", rtol, atol)
+        if found:
+            return found
+        return _compare_tree(a.get("crash") or {}, b.get("crash") or {}, "crash", rtol, atol)
+    return None
 
 
 def _flat_warmup(document: dict):
@@ -305,6 +476,8 @@ def _flat_warmup(document: dict):
 def _compare_tree(a, b, path: str, rtol: float, atol: float) -> Divergence | None:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
+            if key == "line" and path.endswith("crash"):
+                continue  # where in the file a crash was raised moves with any edit
             if key not in a or key not in b:
                 return Divergence(f"{path}.{key}", "present on one side only")
             found = _compare_tree(a[key], b[key], f"{path}.{key}", rtol, atol)

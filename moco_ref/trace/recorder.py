@@ -62,21 +62,22 @@ class Step:
 
 
 class _Snapshots:
-    """Flat parameter vectors, taken again only when a parameter changed (``_version``)."""
+    """Flat parameter vectors; an unchanged one is the same tensor as the last (memory). Read
+    every time: a write through ``p.data`` (mmengine's EMA, lightly's) leaves ``_version``
+    alone, so no cheaper sign of a change can be trusted."""
 
     def __init__(self, named: list[tuple[str, nn.Parameter]]) -> None:
         self.params = [p for _, p in named]
-        self._seen: tuple | None = None
         self._last: torch.Tensor | None = None
 
     def take(self) -> torch.Tensor:
-        versions = tuple((id(p.data), p._version) for p in self.params)
-        if versions != self._seen or self._last is None:
-            with torch.no_grad():
-                self._last = torch.cat([p.detach().reshape(-1).to("cpu", torch.float64)
-                                        for p in self.params]) if self.params else torch.zeros(0)
-            self._seen = versions
-        return self._last
+        with torch.no_grad():
+            now = torch.cat([p.detach().reshape(-1).to("cpu", torch.float64)
+                             for p in self.params]) if self.params else torch.zeros(0)
+        if self._last is not None and torch.equal(now, self._last):
+            return self._last
+        self._last = now
+        return now
 
 
 class Recording:

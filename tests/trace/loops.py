@@ -42,10 +42,12 @@ class EmaWrapper(nn.Module):
         return self.module(x)
 
 
-def _ema(query: nn.Module, key: nn.Module, swapped: bool) -> None:
+def _ema(query: nn.Module, key: nn.Module, swapped: bool, data: bool = False) -> None:
     with torch.no_grad():
         for pq, pk in zip(query.parameters(), key.parameters()):
-            if swapped:
+            if data:  # in place through .data: p._version does not move
+                pk.data.mul_(M).add_(pq.data, alpha=1 - M)
+            elif swapped:
                 pk.data = pk.data * (1 - M) + pq.data * M
             else:
                 pk.data = pk.data * M + pq.data * (1 - M)
@@ -54,7 +56,7 @@ def _ema(query: nn.Module, key: nn.Module, swapped: bool) -> None:
 def plain_loop(steps: int = 8, *, bug: str | None = None, k: int = K, batch: int = BATCH,
                declare: bool = True, seed: int = 0, shuffle: bool = False,
                wrapper: bool = False, order: str = "official", validation: bool = False,
-               closure: bool = False):
+               closure: bool = False, data_ema: bool = False):
     """The official order in a script's own loop (``order="paper"``: the EMA after the
     optimizer step); ``shuffle``: the key batch goes through the key encoder in a random row
     order and is put back (shuffle BN on one process); ``wrapper``: the key encoder is held by
@@ -74,7 +76,7 @@ def plain_loop(steps: int = 8, *, bug: str | None = None, k: int = K, batch: int
         """The step's forward, taking the views in image order (``MoCoParts.views``)."""
         q = F.normalize(query(im_q), dim=1)
         if order == "official":
-            _ema(query, key, bug == "ema-swapped")
+            _ema(query, key, bug == "ema-swapped", data_ema)
         if bug == "key-from-query-view":
             im_k = im_q
         with torch.set_grad_enabled(bug == "key-trained"):
@@ -121,7 +123,7 @@ def plain_loop(steps: int = 8, *, bug: str | None = None, k: int = K, batch: int
                 if bug != "pointer-stuck":
                     pointer[0] = end % k
                 if order == "paper":
-                    _ema(query, key, bug == "ema-swapped")
+                    _ema(query, key, bug == "ema-swapped", data_ema)
                 if validation:
                     query.eval()
                     holder.eval()

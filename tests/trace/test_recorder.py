@@ -19,7 +19,9 @@ def _applicable_all_passed(report) -> bool:
 
 @pytest.mark.parametrize("shape", [
     {}, {"shuffle": True}, {"wrapper": True}, {"order": "paper"}, {"validation": True},
-], ids=["official", "shuffled-key-batch", "ema-wrapper", "paper-order", "validation-passes"])
+    {"data_ema": True},
+], ids=["official", "shuffled-key-batch", "ema-wrapper", "paper-order", "validation-passes",
+        "ema-through-data"])
 def test_a_correct_loop_gets_full_marks(shape):
     report = plain_loop(**shape).judge()
     assert _applicable_all_passed(report), report.text()
@@ -136,3 +138,21 @@ def test_a_step_whose_forward_runs_in_the_optimizers_closure_is_one_step():
     report = plain_loop(closure=True).judge()
     assert report.report.inferred["steps_recorded"] == 8
     assert _applicable_all_passed(report), report.text()
+
+
+def test_an_ema_written_through_data_is_seen_by_every_snapshot():
+    """``p.data.mul_(m).add_(…)`` (mmengine's and lightly's EMA) leaves ``p._version`` as it
+    was, and ``id(p.data)`` is a temporary's: a snapshot must still see every update."""
+    from moco_ref.trace.recorder import _Snapshots
+
+    layer = torch.nn.Linear(3, 2)
+    snapshots = _Snapshots(list(layer.named_parameters()))
+    taken = [snapshots.take()]
+    for _ in range(3):
+        for p in layer.parameters():
+            p.data.mul_(0.5).add_(1.0)
+        taken.append(snapshots.take())
+    flat = torch.cat([p.detach().reshape(-1).double() for p in layer.parameters()])
+    assert torch.equal(taken[-1], flat)
+    assert all(not torch.equal(a, b) for a, b in zip(taken, taken[1:]))
+    assert snapshots.take() is taken[-1]  # unchanged: the same tensor, no new copy
