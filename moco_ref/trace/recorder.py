@@ -93,7 +93,9 @@ class Recording:
         self._snap_q = _Snapshots(self.layout_q)
         self._snap_k = _Snapshots(self.layout_k)
         self._open: Step | None = None
-        self._pending: dict[str, Forward] = {}
+        # inputs waiting for their output, first in first out: a (backbone, neck) pair may run
+        # the backbone on both views before the neck runs on either (solo-learn)
+        self._pending: dict[str, list[Forward]] = {"q": [], "k": []}
         self.ignored_forwards = 0  # forwards outside training mode (validation, monitors)
 
     # ------------------------------------------------------------------ state
@@ -132,9 +134,9 @@ class Recording:
         x = _first_tensor(args) if args else _first_tensor(tuple(kwargs.values()))
         if x is not None and x.is_cuda:
             step.cuda = True
-        self._pending[role] = Forward(
+        self._pending[role].append(Forward(
             role, _row_digests(x), torch.is_grad_enabled(), self._training(),
-            self._snap_q.take(), self._snap_k.take())
+            self._snap_q.take(), self._snap_k.take()))
 
     def _views(self, args: tuple, kwargs: dict) -> None:
         """The views as ``MoCoParts.views`` receives them: its tensors of one batch, in order
@@ -148,9 +150,9 @@ class Recording:
             self._step().views = [_row_digests(t) for t in images if len(t) == size]
 
     def _output(self, role: str, output) -> None:
-        forward = self._pending.pop(role, None)
-        if forward is None:
+        if not self._pending[role]:
             return
+        forward = self._pending[role].pop(0)
         y = _first_tensor(output if isinstance(output, (tuple, list)) else (output,))
         if y is None:
             return

@@ -136,19 +136,32 @@ def plain_loop(steps: int = 8, *, bug: str | None = None, k: int = K, batch: int
     return recording
 
 
-def per_view_loop(steps: int = 8, *, bug: str | None = None, seed: int = 0):
+def per_view_loop(steps: int = 8, *, bug: str | None = None, seed: int = 0,
+                  split: bool = False):
     """A symmetric loss, one queue per view ``[2, dim, K]``, the EMA after the optimizer
-    step: queue ``v`` holds view ``v``'s keys and is the negatives of the other view's queries."""
+    step: queue ``v`` holds view ``v``'s keys and is the negatives of the other view's queries.
+    ``split``: each encoder is a (backbone, projector) pair, the backbone run on both views
+    before the projector runs on either (solo-learn's order)."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     query = encoder()
     key = copy.deepcopy(query)
+    named_q = (query[:-1], query[-1]) if split else query
+    named_k = (key[:-1], key[-1]) if split else key
+
+    def encode(named, views):
+        if not split:
+            return [F.normalize(named(x), dim=1) for x in views]
+        backbone, projector = named
+        features = [backbone(x) for x in views]
+        return [F.normalize(projector(f), dim=1) for f in features]
+
     for p in key.parameters():
         p.requires_grad = False
     queue = F.normalize(torch.randn(2, DIM, K), dim=1)
     pointer = torch.zeros(1, dtype=torch.long)
     optimizer = torch.optim.SGD(query.parameters(), lr=0.5)
-    parts = MoCoParts(query=query, key=key, queue=lambda: queue, layout="per-view",
+    parts = MoCoParts(query=named_q, key=named_k, queue=lambda: queue, layout="per-view",
                       pointer=lambda: pointer, temperature=T, momentum=M)
 
     def half(q, k_, negatives):
@@ -158,9 +171,9 @@ def per_view_loop(steps: int = 8, *, bug: str | None = None, seed: int = 0):
     with record_moco(parts) as recording:
         for _ in range(steps):
             x1, x2 = _views(generator)
-            q1, q2 = (F.normalize(query(x), dim=1) for x in (x1, x2))
+            q1, q2 = encode(named_q, (x1, x2))
             with torch.no_grad():
-                k1, k2 = (F.normalize(key(x), dim=1) for x in (x1, x2))
+                k1, k2 = encode(named_k, (x1, x2))
             bank = queue.clone().detach()
             if bug == "same-view-queue":
                 loss = (half(q1, k2, bank[0]) + half(q2, k1, bank[1])) / 2

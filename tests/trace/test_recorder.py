@@ -29,8 +29,9 @@ def test_a_correct_loop_gets_full_marks(shape):
     assert report.report.inferred["m"] == pytest.approx(0.9, abs=1e-4)
 
 
-def test_a_correct_per_view_loop_gets_full_marks():
-    report = per_view_loop().judge()
+@pytest.mark.parametrize("split", [False, True], ids=["one-module", "backbone-then-projector"])
+def test_a_correct_per_view_loop_gets_full_marks(split):
+    report = per_view_loop(split=split).judge()
     assert _applicable_all_passed(report), report.text()
 
 
