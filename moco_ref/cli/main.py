@@ -20,6 +20,7 @@ from moco_ref.cli import prairielearn as prairielearn_cli
 from moco_ref.cli import refactor as refactor_cli
 from moco_ref.cli import rubric as rubric_cli
 from moco_ref.cli import sensitivity as sensitivity_cli
+from moco_ref.cli import trace as trace_cli
 from moco_ref.cli import train as training_cli
 
 
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor_cli.add_parser(subparsers)
     golden_cli.add_parser(subparsers)
     refactor_cli.add_parsers(subparsers)  # record, compare
+    trace_cli.add_parsers(subparsers)  # trace record|check, revisions
     training_cli.add_parser(subparsers)
     sensitivity_cli.add_parser(subparsers)
     rubric_cli.add_parser(subparsers)
@@ -70,8 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``revisions … -- COMMAND`` and ``trace … -- SCRIPT``: everything after the first ``--``
+    is the command to run, whatever flags it holds (its own ``--`` included)."""
+    if argv and argv[0] in ("revisions", "trace") and "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1:]
+    return argv, None
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv, command = _split_command(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
+    if command is not None:
+        args.command = command
     try:
         return args.run(args)
     except KeyboardInterrupt:

@@ -10,7 +10,18 @@ process (trusted code: no sandbox), with the grader's checks and messages.
     recording.assert_correct()
 """
 
-from moco_ref.trace.parts import MoCoParts
-from moco_ref.trace.recorder import Recording, record_moco
-
 __all__ = ["MoCoParts", "Recording", "record_moco"]
+
+
+def __getattr__(name: str):
+    """The recorder on first use: ``moco_ref.trace.layouts`` (the command line's) stays
+    torch-free."""
+    if name == "MoCoParts":
+        from moco_ref.trace.parts import MoCoParts
+
+        return MoCoParts
+    if name in ("Recording", "record_moco"):
+        from moco_ref.trace import recorder
+
+        return getattr(recorder, name)
+    raise AttributeError(f"module 'moco_ref.trace' has no attribute {name!r}")

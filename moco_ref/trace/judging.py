@@ -65,7 +65,7 @@ class TraceReport:
 
         lines = render_text([self.report], width=100).splitlines()
         return "\n".join(line for line in lines  # a recording is rerun by its own test
-                         if not line.lstrip().startswith(("rerun: moco-ref", "moco-ref grade")))
+                         if not line.lstrip().startswith(("rerun:", "moco-ref grade")))
 
 
 def judge_recording(recording: Recording, *, ragged: str | None = None,

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-LAYOUTS = ("dim-first", "rows", "per-view")  # [dim, K], [K, dim], [V, dim, K]
+from moco_ref.trace.layouts import LAYOUTS
+
 EMA_WRAPPER_ATTRIBUTES = ("module", "ema_model", "model")  # mmengine / timm / torch.optim.swa_utils
 
 

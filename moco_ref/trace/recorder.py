@@ -83,9 +83,13 @@ class _Snapshots:
 class Recording:
     """What one ``record_moco`` block saw; ``judge`` turns it into the grader's verdicts."""
 
-    def __init__(self, parts: MoCoParts, name: str = "your MoCo") -> None:
+    def __init__(self, parts: MoCoParts, name: str = "your MoCo", *,
+                 steps: int | None = None) -> None:
+        if steps is not None and steps < 1:
+            raise ValueError(f"steps must be ≥ 1, not {steps}")
         self.parts = parts
         self.name = name
+        self.max_steps = steps
         self.steps: list[Step] = []
         self.initial: State | None = None
         self.layout_q = [(n, p) for n, p in parts.parameters("q")]
@@ -181,6 +185,18 @@ class Recording:
         step.after_step = self._state(with_queue=False)
         self.steps.append(step)
         self._open = None
+        if self.max_steps is not None and len(self.steps) >= self.max_steps:
+            raise RecordingComplete(f"{len(self.steps)} steps recorded")
+
+    def start(self):
+        """Hook the parts and the loop; returns what unhooks them (``record_moco`` does
+        both)."""
+        return _start(self)
+
+    @property
+    def cuda(self) -> bool:
+        """Whether the user's encoders ran on CUDA (recorded, moved to the CPU)."""
+        return any(step.cuda for step in self.steps)
 
     # ------------------------------------------------------------------ judging
 
@@ -199,9 +215,29 @@ class Recording:
 
 
 @contextmanager
-def record_moco(parts: MoCoParts, name: str = "your MoCo"):
-    """Record the training steps run inside the block (see the module's docstring)."""
-    recording = Recording(parts, name)
+def record_moco(parts: MoCoParts, name: str = "your MoCo", *, steps: int | None = None):
+    """Record the training steps run inside the block (see the module's docstring);
+    ``steps``: stop the user's run (``RecordingComplete``, caught by the block) after that
+    many."""
+    recording = Recording(parts, name, steps=steps)
+    stop = recording.start()
+    try:
+        yield recording
+    except RecordingComplete:
+        pass
+    finally:
+        stop()
+
+
+class RecordingComplete(BaseException):
+    """Raised from ``optimizer.step()`` once the asked number of steps is recorded: it ends the
+    user's own loop wherever it is (a ``BaseException``, so no ``except Exception`` of the
+    user's code or of Lightning swallows it)."""
+
+
+def _start(recording: Recording):
+    """Every hook of a recording; returns what removes them."""
+    parts = recording.parts
     recording.initial = recording._state()
     handles = []
     for role in ("q", "k"):
@@ -229,14 +265,15 @@ def record_moco(parts: MoCoParts, name: str = "your MoCo"):
         return original(input, target, *args, **kwargs)
 
     functional.cross_entropy = cross_entropy
-    try:
-        yield recording
-    finally:
+
+    def stop() -> None:
         functional.cross_entropy = original
         recording._settle()
         restore()
         for handle in handles:
             handle.remove()
+
+    return stop
 
 
 def _after_closure(recording: Recording, args: tuple, kwargs: dict):

@@ -107,6 +107,7 @@ def _record(recording: Recording, traced: list[list[dict]], view: int | None) ->
                 "rows": event["rows"], "params_q": forward.params_q,
                 "params_k": forward.params_k})
         record = {"before": _state(step.before, view), "events": record_events,
+                  "inputs": _inputs_digest(step),
                   "after_forward": _state(step.after_forward, view),
                   "key_grads": step.key_grads, "loss_returned": False,
                   "after_step": _state(step.after_step, view, with_queue=False)}
@@ -165,6 +166,19 @@ def _pairs_of(step: Step, recording: Recording, view: int | None,
         return float((got - scale * expected).abs().max())
 
     return [min(pairs[:2], key=lambda pair: error(pair[0]))]
+
+
+def _inputs_digest(step: Step) -> str:
+    """One digest of every image the step's encoders (and ``MoCoParts.views``) were fed, in
+    order: two recordings fed the same data have the same digests."""
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=16)
+    for rows in step.views:
+        digest.update(b"".join(rows))
+    for forward in step.forwards:
+        digest.update(forward.role.encode() + b"".join(forward.rows))
+    return digest.hexdigest()
 
 
 def _dim(traced: list[list[dict]]) -> int:

@@ -177,6 +177,27 @@ def test_a_refactored_module_is_equivalent_up_to_rounding(builder_recorded, tmp_
     assert main(["compare", *map(str, paths), "--bitwise"]) == 1
 
 
+def test_every_run_the_grader_makes_is_recorded_and_compared(builder_recorded, tmp_path):
+    """The mlp, K-not-a-multiple and two-process runs are in a module's recording; a revision
+    that wraps in mid-batch where the official refuses (its assert) differs there alone, and
+    is named at that run with the official's refusal in its own terms."""
+    official = builder_recorded["official"]
+    assert set(official["runs"]) == {"mlp", "ragged", "rank 0", "rank 1"}
+    refusal = official["runs"]["ragged"]["crash"]
+    assert refusal["exception"] == "AssertionError" and refusal["stage"] == "step 0"
+    assert "_dequeue_and_enqueue" in refusal["frame"]
+    text = (PAIR / "builder_refactored.py").read_text()
+    wrapping = tmp_path / "builder_wraps.py"
+    wrapping.write_text(text.replace("        assert self.K % len(keys) == 0", "", 1))
+    observations = observe(load_namespace(wrapping), "builder", GradeOptions())
+    changed = refactor_guard.trajectory_from_observations(observations, "builder", "wraps")
+    verdict = refactor_guard.classify(builder_recorded["refactored"], changed)
+    assert verdict.kind == "behaviour", verdict
+    assert verdict.where == "the run with K not a multiple of the batch, step 0", verdict
+    assert "A: the run with K not a multiple of the batch raised at step 0: AssertionError" \
+        in verdict.detail and "B: ran to the end" in verdict.detail
+
+
 def test_a_skipped_ema_after_the_wrap_is_a_behaviour_change_at_its_step(builder_recorded):
     """The EMA skipped every other step once the queue has wrapped (step 7 is the first
     skip: 8 steps · 8 keys > K = 48 and the step count is even)."""

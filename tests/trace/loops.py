@@ -102,7 +102,7 @@ def plain_loop(steps: int = 8, *, bug: str | None = None, k: int = K, batch: int
                 im_q, im_k = _views(generator)
                 seen = {}
 
-                def step_closure():
+                def step_closure(im_q=im_q, im_k=im_k, seen=seen):
                     q, logits = loop.forward(im_q, im_k)
                     loss = F.cross_entropy(logits, torch.zeros(len(q), dtype=torch.long))
                     optimizer.zero_grad()

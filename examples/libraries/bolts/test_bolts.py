@@ -69,7 +69,8 @@ def datamodule(n: int = STEPS * B):
     """Two random 3×8×8 views per image, as bolts' ``training_step`` unpacks a batch:
     ``(img_1, img_2), _``. bolts reads ``trainer.datamodule.name``, so a datamodule it is."""
     g = torch.Generator().manual_seed(1)
-    views = TensorDataset(torch.randn(n, 3, 8, 8, generator=g), torch.randn(n, 3, 8, 8, generator=g))
+    views = TensorDataset(torch.randn(n, 3, 8, 8, generator=g),
+                          torch.randn(n, 3, 8, 8, generator=g))
     return pl.LightningDataModule.from_datasets(train_dataset=StackDataset(views, torch.zeros(n)),
                                                 batch_size=B, num_workers=0)
 

@@ -26,12 +26,12 @@ warnings.filterwarnings("ignore", message=".*MultiScaleDeformableAttention.*")
 mmengine_model = pytest.importorskip("mmengine.model")
 pytest.importorskip("mmpretrain")
 
+import mmpretrain.models  # noqa: E402,F401  (registers MoCo, ResNet, MoCoV2Neck, ContrastiveHead)
 from mmengine.model import ExponentialMovingAverage  # noqa: E402
 from mmengine.optim import OptimWrapper  # noqa: E402
 from mmpretrain.registry import MODELS  # noqa: E402
 from mmpretrain.structures import DataSample  # noqa: E402
 
-import mmpretrain.models  # noqa: E402,F401  (registers MoCo, ResNet, MoCoV2Neck, ContrastiveHead)
 from moco_ref.trace import MoCoParts, record_moco  # noqa: E402
 
 BATCH, K, DIM, STEPS, T, EMA_MOMENTUM = 8, 32, 8, 8, 0.2, 0.01  # mmengine 0.01 = paper m 0.99

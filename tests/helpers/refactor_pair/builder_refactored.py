@@ -39,6 +39,7 @@ class MoCo(nn.Module):
     def _push(self, keys):
         keys = _gathered(keys)
         start = int(self.queue_ptr)
+        assert self.K % len(keys) == 0  # as the official module: K a multiple of the batch
         slots = (start + torch.arange(len(keys))) % self.K
         self.queue.index_copy_(1, slots, keys.T.contiguous())
         self.queue_ptr[0] = (start + len(keys)) % self.K
