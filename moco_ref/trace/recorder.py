@@ -180,8 +180,10 @@ class Recording:
 
     def _after_optimizer_step(self) -> None:
         step = self._open
-        if step is None or step.after_forward is None:
+        if step is None:
             return
+        if step.after_forward is None:  # attached inside this step's closure: read it now
+            self._before_optimizer_step()
         step.after_step = self._state(with_queue=False)
         self.steps.append(step)
         self._open = None

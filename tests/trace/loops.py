@@ -9,13 +9,14 @@ Both run on tiny random images so a test takes well under a second.
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from moco_ref.trace import MoCoParts, record_moco
+from moco_ref.trace import MoCoParts, Recording, record_moco
 
 DIM, K, BATCH, M, T = 12, 32, 8, 0.9, 0.2
 
@@ -53,10 +54,32 @@ def _ema(query: nn.Module, key: nn.Module, swapped: bool, data: bool = False) ->
                 pk.data = pk.data * M + pq.data * (1 - M)
 
 
+@contextmanager
+def _recorded(parts: MoCoParts, late: bool):
+    """``record_moco``; ``late``: the recorder starts at the first forward instead (as
+    ``moco-ref trace --attach`` does), inside ``optimizer.step``'s closure under
+    ``closure=True``."""
+    if not late:
+        with record_moco(parts) as recording:
+            yield recording, lambda: None
+        return
+    recording, stops = Recording(parts), []
+
+    def attach() -> None:
+        if not stops:
+            stops.append(recording.start())
+
+    try:
+        yield recording, attach
+    finally:
+        for stop in stops:
+            stop()
+
+
 def plain_loop(steps: int = 8, *, bug: str | None = None, k: int = K, batch: int = BATCH,
                declare: bool = True, seed: int = 0, shuffle: bool = False,
                wrapper: bool = False, order: str = "official", validation: bool = False,
-               closure: bool = False, data_ema: bool = False):
+               closure: bool = False, data_ema: bool = False, attach_late: bool = False):
     """The official order in a script's own loop (``order="paper"``: the EMA after the
     optimizer step); ``shuffle``: the key batch goes through the key encoder in a random row
     order and is put back (shuffle BN on one process); ``wrapper``: the key encoder is held by
@@ -97,12 +120,13 @@ def plain_loop(steps: int = 8, *, bug: str | None = None, k: int = K, batch: int
                       views=(loop, "forward"))
     old, BATCH = BATCH, batch
     try:
-        with record_moco(parts) as recording:
+        with _recorded(parts, attach_late) as (recording, attach):
             for _ in range(steps):
                 im_q, im_k = _views(generator)
                 seen = {}
 
                 def step_closure(im_q=im_q, im_k=im_k, seen=seen):
+                    attach()
                     q, logits = loop.forward(im_q, im_k)
                     loss = F.cross_entropy(logits, torch.zeros(len(q), dtype=torch.long))
                     optimizer.zero_grad()

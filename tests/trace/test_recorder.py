@@ -133,10 +133,12 @@ def test_bad_parts_are_refused_clearly(bad, error):
         MoCoParts(**arguments)
 
 
-def test_a_step_whose_forward_runs_in_the_optimizers_closure_is_one_step():
+@pytest.mark.parametrize("late", [False, True], ids=["recording-first", "attached-in-closure"])
+def test_a_step_whose_forward_runs_in_the_optimizers_closure_is_one_step(late):
     """Lightning's automatic optimization (and LBFGS) run forward and backward inside
-    ``optimizer.step(closure)``: each call is still one recorded step."""
-    report = plain_loop(closure=True).judge()
+    ``optimizer.step(closure)``: each call is still one recorded step, also when the recorder
+    attaches inside the first closure (``trace --attach`` on a LightningModule)."""
+    report = plain_loop(closure=True, attach_late=late).judge()
     assert report.report.inferred["steps_recorded"] == 8
     assert _applicable_all_passed(report), report.text()
 
