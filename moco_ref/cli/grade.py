@@ -118,13 +118,44 @@ def add_parser(subparsers) -> None:
                          help="the course's points per family or check (TOML; `moco-ref rubric "
                               "show FILE` prints them); default: every invariant family an "
                               "equal share of 100")
-    judging.add_argument("--probe-secret", metavar="TEXT",
-                         default=os.environ.get(PROBE_SECRET_VARIABLE) or None,
-                         help="the course's probe secret: the probe's sizes, ids and seeds are "
-                              "drawn from it (default: $" + PROBE_SECRET_VARIABLE + "; in batch "
-                              "grading the secret kept in --out, made on first use; otherwise "
-                              "the documented default probe)")
+    judging.add_argument("--probe-secret", metavar="FILE",
+                         help="a file holding the course's probe secret (- reads it from "
+                              "stdin; never the secret itself: a command line is readable by "
+                              "every process of the machine): the probe's sizes, ids and seeds "
+                              "are drawn from it (default: $" + PROBE_SECRET_VARIABLE + "; in "
+                              "batch grading the secret kept in --out, made on first use; "
+                              "otherwise the documented default probe)")
     parser.set_defaults(run=run_grade)
+
+
+MAX_SECRET_BYTES = 4096
+
+
+def probe_secret_of(source: str | None) -> bytes | None:
+    """The course's probe secret: read from the file ``source`` names (``-``: stdin), else
+    from ``$MOCO_REF_PROBE_SECRET``, else None. Never taken from the command line itself,
+    which every process of the machine can read (``/proc/PID/cmdline``)."""
+    if source is None:
+        value = os.environ.get(PROBE_SECRET_VARIABLE)
+        return value.encode() if value else None
+    try:
+        if source == "-":
+            data = sys.stdin.buffer.read(MAX_SECRET_BYTES + 1)
+        else:
+            with open(source, "rb") as file:
+                data = file.read(MAX_SECRET_BYTES + 1)
+    except FileNotFoundError:
+        raise ValueError(f"--probe-secret {source!r}: no such file (the option takes a file "
+                         "holding the secret, or - for stdin, never the secret itself: a "
+                         "command line is readable by every process of the machine)") from None
+    except OSError as exc:
+        raise ValueError(f"--probe-secret: cannot read {source!r}: {exc.strerror}") from None
+    if len(data) > MAX_SECRET_BYTES:
+        raise ValueError(f"--probe-secret: {source!r} holds more than {MAX_SECRET_BYTES} bytes")
+    data = data.rstrip(b"\r\n")
+    if not data:
+        raise ValueError(f"--probe-secret: {source!r} is empty")
+    return data
 
 
 def run_grade(args: argparse.Namespace) -> int:
@@ -161,8 +192,12 @@ def run_grade(args: argparse.Namespace) -> int:
         return usage_error(str(exc))
     if args.release_feedback:  # how the feedback shows: not an option, not in the cache key
         rubric = replace(rubric, released=True)
-    if args.probe_secret:
-        options = replace(options, probe_key=probe_key_of(args.probe_secret))
+    try:
+        secret = probe_secret_of(args.probe_secret)
+    except ValueError as exc:
+        return usage_error(str(exc))
+    if secret:
+        options = replace(options, probe_key=probe_key_of(secret))
     unknown = unknown_selectors(options.checks)
     if unknown:
         return usage_error(f"--check {' '.join(unknown)} names no check id or family "

@@ -98,8 +98,10 @@ def run_record(args: argparse.Namespace) -> int:
         record["observations"], record["style"], args.target)
     refactor_guard.save(trajectory, args.out)
     steps = len(trajectory.get("steps", []))
+    crash = trajectory.get("crash")
+    told = f"; {refactor_guard.crash_text(crash)}" if crash else ""
     print(f"recorded {args.target} ({record['style']}"
-          + (f", {steps} steps" if steps else "") + f") to {args.out}")
+          + (f", {steps} steps" if steps else "") + f"{told}) to {args.out}")
     return 0
 
 

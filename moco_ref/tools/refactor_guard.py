@@ -11,37 +11,26 @@ differs beyond the tolerance (bitwise by default).
 
 from __future__ import annotations
 
-import gzip
 import json
-import re
-import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from moco_ref.core.tolerance import NotComparable, mismatch
 from moco_ref.probe.options import GradeOptions
+from moco_ref.tools.trajectory_file import (  # noqa: F401 (the guard's file API)
+    MAX_TRAJECTORY_BYTES,
+    TrajectoryTooLarge,
+    load,
+    save,
+)
+from moco_ref.tools.trajectory_runs import crash_of, crash_text, other_runs, plain, start_of
 
 FORMAT = "moco-ref-trajectory/1"
 STEP_QUANTITIES = ("ids", "q", "k", "grad", "loss", "query_params", "key_params")
 BUILDER_STEP_QUANTITIES = ("q", "k", "logits", "loss", "queue", "query_params", "key_params")
 FINAL_QUANTITIES = ("queue", "queue_ids", "history", "drift", "query_params", "key_params")
-# What ``load`` reads at most (decompressed): a recording of the probe is a few MB of JSON; a
-# gzip bomb of 0.6 MB would otherwise become 1.7 GB in memory.
-MAX_TRAJECTORY_BYTES = 256 * 2**20
-_READ_CHUNK = 1 << 20
 
-
-def _plain(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().to(torch.float64).tolist() if value.is_floating_point() \
-            else value.detach().cpu().tolist()
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
 
 
 def trajectory_head(style: str, source: str) -> dict:
@@ -58,23 +47,23 @@ def trajectory_from_observations(observations: dict, style: str, source: str = "
     if style == "builder":
         return {**head, **builder_trajectory(observations)}
     if style != "lab":
-        return {**head, "record": _plain(observations)}
+        return {**head, "record": plain(observations)}
     from moco_ref.judge.lab_evidence import LabEvidence
 
     evidence = LabEvidence(observations, GradeOptions(style="lab"))
     losses = _reference_losses(evidence)
     steps = [
-        {"step": s.index, "epoch": s.epoch, "ids": _plain(s.ids), "q": _plain(s.z),
-         "k": _plain(s.k), "grad": _plain(s.grad), "loss": losses[t],
-         "query_params": _plain(s.query_params), "key_params": _plain(s.key_params)}
+        {"step": s.index, "epoch": s.epoch, "ids": plain(s.ids), "q": plain(s.z),
+         "k": plain(s.k), "grad": plain(s.grad), "loss": losses[t],
+         "query_params": plain(s.query_params), "key_params": plain(s.key_params)}
         for t, s in enumerate(evidence.steps)
     ]
     returned = evidence.returned
-    final = {name: _plain(returned.get(name)) for name in ("queue", "queue_ids", "history",
+    final = {name: plain(returned.get(name)) for name in ("queue", "queue_ids", "history",
                                                            "drift", "query_params",
                                                            "key_params")}
     return {**head, "steps": steps, "final": final, "laws": _laws(observations, evidence),
-            "warmup": _plain(observations.get("moco_warmup", {}).get("result"))}
+            "warmup": plain(observations.get("moco_warmup", {}).get("result"))}
 
 
 def builder_trajectory(observations: dict, evidence=None, judged=None) -> dict:
@@ -89,88 +78,28 @@ def builder_trajectory(observations: dict, evidence=None, judged=None) -> dict:
 
     evidence = evidence or BuilderEvidence(observations, GradeOptions(style="builder"))
     record = evidence.record
-    head = {"start": _start_of(record.get("run")), "runs": _other_runs(record),
+    head = {"start": start_of(record.get("run")), "runs": other_runs(record),
             "warmup": None}
     try:
         records = evidence.require_run()["steps"]
         steps_seen = evidence.steps
     except Exception as crash:  # noqa: BLE001 - the run crashed: that is its trajectory
         return {**head, "steps": [], "final": None, "laws": None,
-                "crash": _crash_of(record.get("run"), "the main run", crash)}
+                "crash": crash_of(record.get("run"), "the main run", crash)}
     steps = [
-        {"step": s.index, "epoch": None, "ids": list(range(len(s.q))), "q": _plain(s.q),
-         "k": _plain(s.k), "logits": _plain(s.logits), "loss": records[t].get("loss"),
-         "queue": _plain(s.queue_after), "query_params": _plain(s.query_params),
-         "key_params": _plain(s.key_params), "inputs": records[t].get("inputs")}
+        {"step": s.index, "epoch": None, "ids": list(range(len(s.q))), "q": plain(s.q),
+         "k": plain(s.k), "logits": plain(s.logits), "loss": records[t].get("loss"),
+         "queue": plain(s.queue_after), "query_params": plain(s.query_params),
+         "key_params": plain(s.key_params), "inputs": records[t].get("inputs")}
         for t, s in enumerate(steps_seen)
     ]
     last = records[-1]
-    final = {"queue": _plain(evidence.steps[-1].queue_after), "queue_ids": None,
+    final = {"queue": plain(evidence.steps[-1].queue_after), "queue_ids": None,
              "history": None, "drift": None,
-             "query_params": _plain(last["after_step"]["params_q"]),
-             "key_params": _plain(last["after_step"]["params_k"])}
+             "query_params": plain(last["after_step"]["params_q"]),
+             "key_params": plain(last["after_step"]["params_k"])}
     return {**head, "steps": steps, "final": final, "crash": None,
             "laws": _laws(observations, evidence, "builder", judged)}
-
-
-def _start_of(run) -> dict | None:
-    """The state a run starts from: θq, θk and the dictionary as built."""
-    initial = run.get("initial") if isinstance(run, dict) else None
-    if not isinstance(initial, dict):
-        return None
-    return {name: _plain(initial.get(name)) for name in ("params_q", "params_k", "queue",
-                                                         "queue_ptr")}
-
-
-RUN_NAMES = {"mlp": "the mlp=True run", "ragged": "the run with K not a multiple of the batch"}
-
-
-def _other_runs(record: dict) -> dict:
-    """Each other run the grader made, briefly: per step the logits, the loss and the buffer
-    after the forward; or where it crashed."""
-    runs = {name: record.get(name) for name in RUN_NAMES}
-    ranks = record.get("ranks") if isinstance(record.get("ranks"), dict) else {}
-    for rank, run in enumerate(ranks.get("runs") or []):
-        runs[f"rank {rank}"] = run
-    out = {}
-    for name, run in runs.items():
-        if not isinstance(run, dict):
-            continue
-        where = RUN_NAMES.get(name, f"the two-process run's {name}")
-        out[name] = {"where": where, "crash": _crash_of(run, where) if run.get("error")
-                     else None,
-                     "steps": [{"logits": _plain(step.get("logits")), "loss": step.get("loss"),
-                                "queue": _plain((step.get("after_forward") or {}).get("queue"))}
-                               for step in run.get("steps") or []]}
-    return out
-
-
-def _crash_of(run, where: str, crash: BaseException | None = None) -> dict:
-    """Where a run raised, in the user's terms: the run, the stage (construction or step t),
-    the exception's last line and the user's own frame that raised it."""
-    run = run if isinstance(run, dict) else {}
-    text = str(run.get("error") or crash or "")
-    text = text.split("\ntensors in ", 1)[0]
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
-    exception = lines[-1].strip() if lines else "an error"
-    frames = [_FRAME.match(line.strip()) for line in lines]
-    frames = [match for match in frames if match]
-    frame = f"in {frames[-1]['function']} ({frames[-1]['file'].rsplit('/', 1)[-1]})" \
-        if frames else ""
-    return {"where": where, "stage": str(run.get("stage") or ""), "exception": exception[:300],
-            "frame": frame[:300], "line": int(frames[-1]["line"]) if frames else None}
-
-
-# a traceback's frame line; the line number is kept apart (``line``): a refactor moves lines
-_FRAME = re.compile(r'^File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<function>\S+)')
-
-
-def crash_text(crash: dict) -> str:
-    stage = crash.get("stage") or ""
-    at = {"construct": "building the module", "optimizer": "building the optimizer"}.get(
-        stage, stage)
-    frame = f" ({crash['frame']})" if crash.get("frame") else ""
-    return f"{crash['where']} raised at {at}: {crash['exception']}{frame}"
 
 
 def _builder_loss_laws(evidence) -> list[str | None]:
@@ -215,7 +144,7 @@ def _laws(observations: dict, evidence, style: str = "lab", judged=None) -> dict
     rules = {key: inferred.get(key) for key in (
         ("m", "K", "batch_size", "temperature", "order", "variant") if style == "builder"
         else ("m", "capacity", "batch_size"))}
-    return {"steps": per_step, "rules": _plain(rules), "failed_checks": failed}
+    return {"steps": per_step, "rules": plain(rules), "failed_checks": failed}
 
 
 def _reference_losses(evidence) -> list[float | None]:
@@ -507,47 +436,3 @@ def _compare_tree(a, b, path: str, rtol: float, atol: float) -> Divergence | Non
         return None
     difference = _numeric_difference(a, b, rtol, atol)
     return Divergence(path, difference) if difference else None
-
-
-def save(trajectory: dict, path: str | Path) -> None:
-    """The trajectory as gzip-compressed JSON (exact: every float keeps its repr)."""
-    data = json.dumps(trajectory, allow_nan=True, separators=(",", ":")).encode()
-    Path(path).write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
-
-
-def load(path: str | Path) -> dict:
-    """A trajectory ``save`` wrote, or one written as plain JSON; ``TrajectoryTooLarge`` (a
-    ``ValueError``, one line) when it holds more than ``MAX_TRAJECTORY_BYTES`` of JSON, which
-    is found out while decompressing, chunk by chunk, never after (a small gzip file can
-    expand a thousandfold)."""
-    try:
-        with Path(path).open("rb") as raw:
-            compressed = raw.read(2) == b"\x1f\x8b"
-            raw.seek(0)
-            stream = gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
-            data = _read_capped(stream, path)
-        return json.loads(data)
-    except TrajectoryTooLarge:
-        raise
-    except (OSError, ValueError, EOFError, zlib.error, RecursionError) as error:
-        raise ValueError(f"cannot read trajectory {path}: {error}") from None
-
-
-class TrajectoryTooLarge(ValueError):
-    """A trajectory file that holds (or decompresses to) more than the cap."""
-
-
-def _read_capped(stream, path) -> bytes:
-    chunks, total = [], 0
-    while True:
-        chunk = stream.read(_READ_CHUNK)
-        if not chunk:
-            return b"".join(chunks)
-        total += len(chunk)
-        if total > MAX_TRAJECTORY_BYTES:
-            raise TrajectoryTooLarge(
-                f"trajectory {path} holds more than {MAX_TRAJECTORY_BYTES / 2**20:g} MB of JSON "
-                f"(the cap, refactor_guard.MAX_TRAJECTORY_BYTES): refused")
-        chunks.append(chunk)
-
-

@@ -13,13 +13,16 @@ Declarations (what a library states about itself):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from moco_ref.judge.judge import judge_evidence
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.judge.trace_evidence import TraceEvidence
 from moco_ref.probe.options import GradeOptions
-from moco_ref.trace.recorder import Recording
 from moco_ref.trace.tracks import track_records
+
+if TYPE_CHECKING:  # Recording.judge calls this module: the type is for reading only
+    from moco_ref.trace.recorder import Recording
 
 RAGGED_POLICIES = (None, "drops", "refuses")
 FIFO = "I3-fifo-keeps-newest"

@@ -11,10 +11,14 @@ queries of the other view, whose positive is view ``v``'s key.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from moco_ref.probe.builder import KEY_VIEW, QUERY_VIEW
-from moco_ref.trace.recorder import Recording, State, Step
+
+if TYPE_CHECKING:  # the recorder judges through this module: its types are for reading only
+    from moco_ref.trace.recorder import Recording, State, Step
 
 OTHER_VIEW = 2  # rows of images neither view holds (a monitor's forward, another crop)
 

@@ -75,7 +75,8 @@ def test_the_finder_finds_a_circle():
 
 
 def test_no_import_circle_but_the_check_registry_s():
-    graph = grimp.build_graph("moco_ref")
+    # an import under ``if TYPE_CHECKING:`` never runs: it names a type for the reader
+    graph = grimp.build_graph("moco_ref", exclude_type_checking_imports=True)
     circles = [sorted(component) for component in _strongly_connected(graph)
                if not all(m == "moco_ref.judge.registry" or m.startswith(REGISTRY_CIRCLE)
                           for m in component)]

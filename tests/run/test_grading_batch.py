@@ -233,5 +233,7 @@ def test_a_class_is_graded_with_its_own_probe_kept_beside_its_cache(folder, tmp_
     main(["grade", str(folder), "--out", str(out)])
     assert "(0 graded, 3 from the cache)" in capsys.readouterr().out
     assert secret.read_bytes() == kept
-    main(["grade", str(folder), "--out", str(out), "--probe-secret", "another course"])
+    another = tmp_path / "another-course.secret"
+    another.write_text("another course\n")
+    main(["grade", str(folder), "--out", str(out), "--probe-secret", str(another)])
     assert "(3 graded, 0 from the cache)" in capsys.readouterr().out

@@ -13,7 +13,7 @@ import zlib
 import pytest
 
 from moco_ref.cli import main
-from moco_ref.tools import refactor_guard
+from moco_ref.tools import refactor_guard, trajectory_file
 
 SMALL_CAP = 1 << 20  # the test's cap: the bomb is refused after reading just over 1 MB
 
@@ -32,11 +32,11 @@ def _bomb(path, megabytes: int = 300) -> None:
 
 @pytest.fixture
 def small_cap(monkeypatch):
-    monkeypatch.setattr(refactor_guard, "MAX_TRAJECTORY_BYTES", SMALL_CAP)
+    monkeypatch.setattr(trajectory_file, "MAX_TRAJECTORY_BYTES", SMALL_CAP)
 
 
 def test_the_cap_is_a_named_constant_of_256_mb():
-    assert refactor_guard.MAX_TRAJECTORY_BYTES == 256 * 2**20
+    assert trajectory_file.MAX_TRAJECTORY_BYTES == 256 * 2**20
 
 
 @pytest.mark.usefixtures("small_cap")

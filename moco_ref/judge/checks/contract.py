@@ -481,10 +481,17 @@ def _relu_between_linears(kinds: list[str]) -> bool:
     return any(kind == "ReLU" and linears[0] < i < linears[-1] for i, kind in enumerate(kinds))
 
 
+def _weight_matrices(info: dict) -> int:
+    """The Linear layers in encoder_q's path: its 2-D parameter tensors (a convolution's are
+    4-D, a norm's 1-D). A count of layers, never of parameters: a bottleneck head can hold
+    fewer parameters than the one Linear it replaces, depending on the probe's dim."""
+    return sum(len(entry.get("shape", [])) == 2 for entry in info.get("layout_q", []))
+
+
 @BUILDER_MLP.judges('builder')
 def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
     """``MoCo(..., mlp=True)`` turns the last layer of both encoders into an MLP (MoCo v2:
-    ``fc`` becomes Linear → ReLU → Linear, so there are more parameters than with
+    ``fc`` becomes Linear → ReLU → Linear, so there are more Linear layers than with
     ``mlp=False``), makes θk a copy of that θq, and trains like ``mlp=False``."""
     plain = ev.module
     ev.require_run()  # the plain run's own failure is every check's error, not this one's
@@ -499,11 +506,11 @@ def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
     except SubmissionError as error:  # mlp=False works: the crash is the mlp option's
         fail("the module fails with mlp=True although it works with mlp=False", got=str(error))
     module = run.get("module", {})
-    count = {name: sum(e["numel"] for e in info.get("layout_q", []))
-             for name, info in (("plain", plain), ("mlp", module))}
+    count = {name: _weight_matrices(info) for name, info in (("plain", plain), ("mlp", module))}
     require(count["mlp"] > count["plain"], "mlp=True did not add a hidden layer to the encoders",
-            expected=f"more than the {count['plain']} parameters of encoder_q with mlp=False",
-            got=f"{count['mlp']} parameters")
+            expected=f"more than the {count['plain']} Linear layer(s) of encoder_q with "
+                     "mlp=False",
+            got=f"{count['mlp']} Linear layer(s)")
     for role in ("q", "k"):
         kinds = module.get(f"fc_{role}", [])
         require(_relu_between_linears(kinds),
@@ -529,7 +536,7 @@ def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
             "with mlp=True forward must still return logits [B, 1 + K]", where=builder_where(0),
             expected=f"shape [{ev.view_batch}, {1 + ev.probe.K}]",
             got=f"shape {list(logits.shape)}")
-    return f"{count['mlp'] - count['plain']} head parameters added"
+    return f"{count['mlp'] - count['plain']} Linear layer(s) added to the head"
 
 
 COMPONENTS_DEFINED = check(
