@@ -24,7 +24,6 @@ from __future__ import annotations
 import ast
 import inspect
 import math
-import re
 import sys
 import tempfile
 from dataclasses import dataclass, fields
@@ -33,7 +32,6 @@ from pathlib import Path
 from moco_ref.judge.results import SubmissionReport
 
 SELF_CHECK_NAME = "selfcheck.ipynb"
-NOT_SHOWN = "a check not shown yet"
 _LITERALS = (bool, int, float, complex, str, bytes, type(None))
 _SKIPPED_NAMES = {"In", "Out", "_", "__", "___", "get_ipython", "exit", "quit"}
 
@@ -203,40 +201,21 @@ def run(namespace: dict, *, rubric=None, style: str | None = None, show: bool = 
 
 
 def student_view(report: SubmissionReport, rubric) -> SelfCheckReport:
-    """``report`` with only the checks the rubric shows now: the others' results are left
-    out, and so is every mention of them in the checks shown (a check waiting for one of
-    them says it waits for ``NOT_SHOWN``); the score is over the checks shown; the inferred
-    settings (which can name a withheld check's bug) are left out when any is withheld."""
-    from moco_ref.judge.results import Status
+    """``report`` as the student sees it now (``report.student_view.StudentView``): only the
+    checks the rubric shows now, each without the conclusions of the others; the score is
+    over the checks shown."""
+    from moco_ref.report.student_view import StudentView
 
-    withheld = [r.check_id for r in report.results if not rubric.shown_now(r.check_id)]
-    results = [_without(r, withheld) for r in report.results
-               if r.check_id not in withheld]
-    counted = sum(1 for r in report.results if r.check_id in withheld
-                  and r.status is not Status.NOT_APPLICABLE)
+    view = StudentView(report, rubric, "page")
+    applies_not = [r for r in report.results if r.check_id in view.not_applicable]
+    counted = len(view.later) + len(view.hidden)
     data = {f.name: getattr(report, f.name) for f in fields(SubmissionReport)}
-    data.update(results=results, notes=list(report.notes), withheld=counted)
-    if withheld:
-        data["inferred"] = {}
+    data.update(results=view.shown + applies_not, notes=list(report.notes), withheld=counted,
+                inferred=view.inferred)
     if counted:
         data["notes"].append(f"{counted} check(s) of the course are not shown yet; the score "
                              "here counts the checks shown")
     return SelfCheckReport(**data)
-
-
-def _without(result, withheld: list[str]):
-    """``result`` naming none of the ``withheld`` checks."""
-    from dataclasses import replace
-
-    if not withheld:
-        return result
-    pattern = re.compile("|".join(re.escape(check) for check in sorted(withheld, key=len,
-                                                                        reverse=True)))
-    details = {key: value for key, value in result.details.items()
-               if not (key == "needs" and value in withheld)}
-    if "needs" in result.details and "needs" not in details:
-        details["waits_for"] = NOT_SHOWN
-    return replace(result, message=pattern.sub(NOT_SHOWN, result.message), details=details)
 
 
 # --------------------------------------------------------------------------- showing it

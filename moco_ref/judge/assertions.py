@@ -59,6 +59,17 @@ class NotRequired(Exception):
     out (reported as not applicable)."""
 
 
+class Note(str):
+    """A check's message on a pass that also holds machine-readable evidence (``details``)."""
+
+    details: dict
+
+    def __new__(cls, text: str, details: dict) -> Note:
+        note = super().__new__(cls, text)
+        note.details = dict(details)
+        return note
+
+
 class NotJudged(Exception):
     """A precondition another check judges failed, so this one cannot be judged: reported
     "not judged: needs <check>", without points, the other check carrying the explanation."""

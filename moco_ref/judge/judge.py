@@ -194,7 +194,7 @@ def run_check(spec: CheckSpec, style: str, evidence: object,
                            {"needs": reason.needs, "grader_exception": _where_raised(exc)})
         return _result(spec, Status.NOT_JUDGED, not_followed(exc, "train_moco's run"),
                        {"grader_exception": _where_raised(exc)})
-    return _result(spec, Status.PASSED, note or "")
+    return _result(spec, Status.PASSED, note or "", getattr(note, "details", None))
 
 
 def not_followed(exc: BaseException, what: str) -> str:

@@ -184,15 +184,16 @@ def charge_disabled(results: list[CheckResult]) -> list[CheckResult]:
             moved.add(j)
             taken += other.max_points
             results[j] = replace(other, max_points=0.0,
-                                 details={**other.details, "charged_to": result.check_id})
+                                 details={**other.details, "charged_to": result.check_id,
+                                          "points_before_charge": other.max_points})
         if taken:
+            note = (f" (what this breaks disables {', '.join(families)}: the bug is charged "
+                    f"their {taken:.2f} points too, once)")
             results[i] = replace(
                 result, max_points=round(result.max_points + taken, 2),
-                message=f"{result.message} (what this breaks disables "
-                        f"{', '.join(families)}: the bug is charged their {taken:.2f} points "
-                        "too, once)",
+                message=result.message + note,
                 details={**result.details, "disables": list(families),
-                         "charged_points": round(taken, 2)})
+                         "charged_points": round(taken, 2), "charge_note": note})
     return results
 
 

@@ -34,10 +34,11 @@ from pathlib import Path
 from moco_ref import __version__
 from moco_ref.judge.registry import FAMILIES
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
-from moco_ref.judge.rubric import DEFAULT_RUBRIC, SHOWN_LATER, Rubric
+from moco_ref.judge.rubric import DEFAULT_RUBRIC, Rubric
 from moco_ref.probe.source import SUBMISSION_SUFFIXES
 from moco_ref.report import figures
 from moco_ref.report.scoring import points_str, told_elsewhere
+from moco_ref.report.student_view import StudentView
 from moco_ref.report.text import (
     code_span,
     fence,
@@ -45,7 +46,6 @@ from moco_ref.report.text import (
     md_escape,
     one_line_reason,
     shown_name,
-    student_inferred,
     student_text,
     submission_folder,
     submission_name,
@@ -92,16 +92,12 @@ class _Page:
         self.root = submission_folder(report)
         self.name = shown_name(submission_name(report, self.root))
         self.draw = draw and figures.available()
-        listed = [r for r in report.results if r.status is not Status.NOT_APPLICABLE]
-        self.shown = [r for r in listed if rubric.shown_now(r.check_id)]
-        withheld = [r for r in listed if not rubric.shown_now(r.check_id)]
-        self.hidden = [r for r in withheld if rubric.visibility_of(r.check_id) == "hidden"]
-        self.later = [r for r in withheld if rubric.visibility_of(r.check_id) in SHOWN_LATER]
-        self.not_applicable = [r.check_id for r in report.results
-                               if r.status is Status.NOT_APPLICABLE
-                               and rubric.shown_now(r.check_id)]
-        self.total_shown = rubric.released or not withheld
-        self.inferred = student_inferred(report.inferred, {r.family for r in withheld})
+        view = StudentView(report, rubric, "page")
+        self.shown, self.hidden, self.later = view.shown, view.hidden, view.later
+        self.not_applicable = view.not_applicable
+        self.total_shown = rubric.released or view.complete  # released: the grades are out
+        self.inferred = view.inferred
+        self.view = view
 
     def text(self, value: str) -> str:
         return student_text(value, self.root).strip()
@@ -116,11 +112,11 @@ class _Page:
 
     @property
     def shown_score(self) -> str:
-        return points_str(round(sum(r.points for r in self.shown), 2))
+        return points_str(self.view.shown_score)
 
     @property
     def shown_max_score(self) -> str:
-        return points_str(round(sum(r.max_points for r in self.shown), 2))
+        return points_str(self.view.shown_max_score)
 
     def later_text(self) -> str:
         """``the loss (shown after the due date), …``: the checks shown later, by title."""

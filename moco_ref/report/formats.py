@@ -159,8 +159,8 @@ def reason_line(result: CheckResult, width: int = REASON_WIDTH) -> str:
 def render_text(reports: list[SubmissionReport], options: GradeOptions | None = None, *,
                 brief: bool = False, width: int | None = None) -> str:
     """The plain-text table (also what is printed when ``rich`` is missing), ``width``
-    columns wide (default: ``report_width``) but for each not-passed check's evidence, whose
-    lines stay whole; ``brief``: one line per check, the reason cut to fit."""
+    columns wide (default: ``report_width``), each not-passed check's evidence whole and
+    wrapped at spaces; ``brief``: one line per check, the reason cut to fit."""
     width = width or report_width()
     out: list[str] = []
 
@@ -187,8 +187,8 @@ def render_text(reports: list[SubmissionReport], options: GradeOptions | None = 
             if result.message and result.status is not Status.PASSED:
                 if brief:
                     out.append(pad + reason_line(result, max(10, width - len(pad))))
-                else:  # the evidence whole, its lines as they are
-                    out += [f"{pad}{line}" for line in result.message.splitlines()]
+                else:  # the evidence whole, wrapped at spaces (never cut)
+                    wrapped(result.message, pad)
         for group in folded:
             label, _, text = group.text().partition(": ")
             wrapped(f"{label.upper():<15}{'–':>8}  {text}", "   ", pad)
@@ -208,9 +208,9 @@ def print_reports(
 ) -> None:
     """Per submission: its header, a summary table (check, points, status, one-line reason;
     the checks that do not apply, and those not run because of one crash, folded into a line
-    each) and — unless ``brief`` — the details of every check not passed, their lines
-    whole. All but those details fit the terminal, or ``report_width`` when not printed to
-    one (80 columns unless ``COLUMNS`` says otherwise)."""
+    each) and — unless ``brief`` — the details of every check not passed, whole and wrapped
+    at spaces. Every line fits the terminal, or ``report_width`` when not printed to one (80
+    columns unless ``COLUMNS`` says otherwise); only a rerun command is never broken."""
     file = file or sys.stdout
     if use_rich is None:
         use_rich = _rich_available()
@@ -268,9 +268,8 @@ def _print_rich(reports, options, file, *, brief: bool = False) -> None:
                 if detailed(result) and result.message:
                     console.print(Text(f"{result.check_id} — {result.status.value}",
                                        style=_STATUS_STYLES[result.status]))
-                    # the evidence whole, its lines as they are (the README's "whole
-                    # evidence"): the terminal wraps them, a pager or grep keeps them
-                    console.print(Text(result.message.rstrip()), soft_wrap=True)
+                    # the evidence whole, wrapped at spaces to the width (never cut)
+                    console.print(Text(result.message.rstrip()))
                     rerun(rerun_command(report.submission, result.check_id, options))
                     console.print()
         else:

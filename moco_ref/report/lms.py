@@ -55,6 +55,7 @@ from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_RUBRIC, VISIBILITIES, Rubric
 from moco_ref.probe.options import GradeOptions
 from moco_ref.report.scoring import points_str
+from moco_ref.report.student_view import StudentView
 from moco_ref.report.text import (
     code_span,
     dumps_strict,
@@ -63,7 +64,6 @@ from moco_ref.report.text import (
     md_escape,
     one_line_reason,
     shown_name,
-    student_inferred,
     student_text,
     submission_folder,
     submission_name,
@@ -82,15 +82,6 @@ _STATUS_LEAD = {
 }
 
 # --------------------------------------------------------------------------- the checks listed
-
-
-def _not_applicable(report: SubmissionReport) -> list[str]:
-    return [r.check_id for r in report.results if r.status is Status.NOT_APPLICABLE]
-
-
-def _listed(report: SubmissionReport) -> list[CheckResult]:
-    """The checks that are tests: those that apply to the submission's style."""
-    return [r for r in report.results if r.status is not Status.NOT_APPLICABLE]
 
 
 def _numbers(results: list[CheckResult], visibility_of) -> list[str]:
@@ -114,18 +105,6 @@ def _points(value: float) -> float:
     return value if math.isfinite(value) else 0.0
 
 
-def _withheld_families(results: list[CheckResult], shown) -> set[str]:
-    return {r.family for r in results if not shown(r.check_id)}
-
-
-def _gradescope_visible(rubric: Rubric):
-    """Whether Gradescope shows a check to the student now (it releases the others itself)."""
-    return lambda check_id: rubric.visibility_of(check_id) == "visible"
-
-
-# --------------------------------------------------------------------------- Gradescope
-
-
 def _gradescope_test_output(result: CheckResult, root: Path | None) -> str:
     message = student_text(result.message, root).strip()
     if result.status is Status.PASSED:
@@ -137,33 +116,28 @@ def _gradescope_test_output(result: CheckResult, root: Path | None) -> str:
     return f"{lead}\n\n{fence(message)}" if message else lead
 
 
-def _summary_markdown(report: SubmissionReport, rubric: Rubric, root: Path | None) -> str:
+def _summary_markdown(view: StudentView, root: Path | None) -> str:
+    report, rubric = view.report, view.rubric
     name = code_span(shown_name(submission_name(report, root)))
-    visible = _gradescope_visible(rubric)
-    listed = _listed(report)
-    shown = [r for r in listed if visible(r.check_id)]
     lines = []
-    if report.gradable and len(shown) == len(listed):
+    if report.gradable and view.complete:
         lines.append(f"moco-ref {__version__} graded {name} (style {md_escape(report.style)}): "
                      f"**{points_str(report.score)} / {points_str(report.max_score)}** points.")
     elif report.gradable:
-        earned = round(sum(r.points for r in shown), 2)
-        most = round(sum(r.max_points for r in shown), 2)
         lines.append(f"moco-ref {__version__} graded {name} (style {md_escape(report.style)}): "
-                     f"**{points_str(earned)} / {points_str(most)}** points from the checks "
-                     "shown now. Other checks count towards the total; the course shows them, "
-                     "and the total, later.")
+                     f"**{points_str(view.shown_score)} / {points_str(view.shown_max_score)}** "
+                     "points from the checks shown now. Other checks count towards the total; "
+                     "the course shows them, and the total, later.")
     else:
         lines.append(f"moco-ref {__version__} could not grade {name}: "
                      f"{md_escape(one_line_reason(student_text(report.traceback, root)))}")
-    inferred = student_inferred(report.inferred, _withheld_families(listed, visible))
-    if inferred:
-        lines += ["", f"Inferred from the submission: {md_escape(inferred_text(inferred))}."]
+    if view.inferred:
+        lines += ["", f"Inferred from the submission: {md_escape(inferred_text(view.inferred))}."]
     if report.notes:
         lines += ["", "Notes:"]
         lines += [f"- {md_escape(' '.join(student_text(note, root).split()))}"
                   for note in report.notes]
-    not_applicable = [check for check in _not_applicable(report) if visible(check)]
+    not_applicable = view.not_applicable
     if not_applicable:
         lines += ["", f"Not applicable to style {md_escape(report.style)} (not counted): "
                   + ", ".join(code_span(check) for check in not_applicable) + "."]
@@ -192,17 +166,19 @@ def gradescope_results(
     del options  # nothing of the options is shown to students
     rubric = rubric or DEFAULT_RUBRIC
     root = Path(submission_root) if submission_root is not None else submission_folder(report)
-    results = _listed(report)
+    view = StudentView(report, rubric, "gradescope")
+    results = view.listed
     tests = []
     for result, number in zip(results, _numbers(results, rubric.visibility_of),
                               strict=True):
+        seen = view.seen(result)  # as read when Gradescope shows this test
         tests.append({
             "name": f"{result.check_id}: {result.title}",
             "number": number,
-            "score": _points(result.points),
-            "max_score": _points(result.max_points),
+            "score": _points(seen.points),
+            "max_score": _points(seen.max_points),
             "status": "passed" if result.status is Status.PASSED else "failed",
-            "output": _gradescope_test_output(result, root),
+            "output": _gradescope_test_output(seen, root),
             "output_format": "md",
             "visibility": rubric.visibility_of(result.check_id),
             "tags": [result.family, result.status.value],
@@ -224,21 +200,20 @@ def gradescope_results(
             "visibility": "visible",
             "tags": ["load", "not gradable"],
         })
-    withheld = _withheld_families(results, _gradescope_visible(rubric))
     return {
         "score": _points(report.score) if report.gradable else 0.0,
         "execution_time": max(0, math.ceil(report.wall_seconds)),
-        "output": _summary_markdown(report, rubric, root),
+        "output": _summary_markdown(view, root),
         "output_format": "md",
         "test_output_format": "md",
         "visibility": "visible",
-        "stdout_visibility": ("visible" if rubric.show_submission_output and not withheld
+        "stdout_visibility": ("visible" if rubric.show_submission_output and view.complete
                               else "hidden"),
         "extra_data": {
             "moco_ref_version": __version__,
             "style": report.style,
             "gradable": report.gradable,
-            "inferred": student_inferred(report.inferred, withheld),
+            "inferred": view.inferred,
         },
         "tests": tests,
     }
@@ -318,8 +293,8 @@ def prairielearn_results(
         }
     tests = []
     budget = [IMAGE_BUDGET_BYTES]
-    listed = _listed(report)
-    shown = [result for result in listed if rubric.shown_now(result.check_id)]
+    view = StudentView(report, rubric, "prairielearn")
+    listed, shown = view.listed, view.shown
     for result in shown:
         message = student_text(result.message, root).strip()
         if result.status is Status.PASSED:
@@ -339,8 +314,7 @@ def prairielearn_results(
         if images:
             test["images"] = images
         tests.append(test)
-    earned = round(sum(r.points for r in shown), 2)
-    most = round(sum(r.max_points for r in shown), 2)
+    earned, most = view.shown_score, view.shown_max_score
     fraction = earned / most if most > 0 else 0.0
     fraction = min(1.0, max(0.0, fraction)) if math.isfinite(fraction) else 0.0
     summary = (f"moco-ref {__version__} graded {name} (style {report.style}): "

@@ -33,6 +33,8 @@ _ABSOLUTE_PATH = re.compile(r"(?<![\w.~/\\-])(?:/[\w.+@%~=-]+){2,}/?")
 _LOCAL_COMMAND = re.compile(r"[^.\n]*`moco-ref [^`\n]*`[^.\n]*\.?")
 _RERUN_LINE = re.compile(r"^\s*\(?rerun:.*$\n?", re.MULTILINE | re.IGNORECASE)
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~&!])")
+# where a GFM autolink would start: a scheme's ``:``, ``www``'s first ``.``, an e-mail's ``@``
+_AUTOLINK = re.compile(r"(?i)(\w)(:(?=//)|\.(?<=\bwww\.)|@)")
 MAX_NAME_CHARS = 512  # a name on a terminal line; longer keeps its head and tail
 CSV_CELL_CHARS = 32_000  # a spreadsheet cell holds at most 32 767 characters
 _NOT_A_SPACE = re.compile(r"[^\S ]")  # line breaks, tabs, U+2028…: every whitespace but " "
@@ -224,5 +226,9 @@ def code_span(text: str) -> str:
 
 
 def md_escape(text: str) -> str:
-    """``text`` as Markdown prose that reads literally (no emphasis, links, HTML or tables)."""
-    return _MD_SPECIAL.sub(r"\\\1", text)
+    """``text`` as Markdown prose that reads literally (no emphasis, links, HTML or tables,
+    and no autolink: GitHub-flavoured renderers such as Gradescope's turn a bare
+    ``https://…``, ``www.…`` or e-mail address into a live link, so its ``:``, ``.`` or ``@``
+    is escaped)."""
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return _AUTOLINK.sub(lambda m: m.group(1) + "\\" + m.group(2), text)

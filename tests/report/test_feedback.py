@@ -181,18 +181,18 @@ def _report() -> SubmissionReport:
             CheckResult("I8-loss-matches-recomputation", "the loss", "I8", 5.0, Status.FAILED,
                         "the loss is summed: /tmp/grader/x.py said so", loss),
             CheckResult("I3-fifo-keeps-newest", "fifo", "I3", 5.0, Status.PASSED, "ok"),
-            CheckResult("I4-same-source-masked", "mask", "I4", 5.0, Status.FAILED,
+            CheckResult("I1-key-grads-none", "no key grads", "I1", 5.0, Status.FAILED,
                         "a secret check's message"),
         ])
 
 
 def test_the_rubric_s_visibility_and_no_matplotlib(monkeypatch):
-    rubric = rubric_from_mapping({"visibility": {"I4": "hidden",
+    rubric = rubric_from_mapping({"visibility": {"I1": "hidden",
                                                  "I8-loss-matches-recomputation":
                                                      "after_due_date"}})
     text = feedback.feedback_html(_report(), rubric)
     page = assert_self_contained(text)
-    assert "a secret check's message" not in text and "I4-same-source-masked" not in text
+    assert "a secret check's message" not in text and "I1-key-grads-none" not in text
     assert "1 check(s) the course keeps hidden" in text
     assert "(shown after the due date)" in text
     # before the release: the after-due-date check's evidence and figure are held back, and
@@ -202,10 +202,17 @@ def test_the_rubric_s_visibility_and_no_matplotlib(monkeypatch):
     released = replace(rubric, released=True)
     text = feedback.feedback_html(_report(), released)
     page = assert_self_contained(text)
-    assert "a secret check's message" not in text and "I4-same-source-masked" not in text
+    assert "a secret check's message" not in text and "I1-key-grads-none" not in text
     assert page.score["data-score"] == "5" and page.score["data-max-score"] == "15"
     assert "alice.py" in text and "the loss is summed" in text
     assert len(page.images) == (1 if figures.available() else 0)
+    # a check that owns a choice of the loss (I4's mask) still hidden: the loss per step,
+    # which would show its departures too, is drawn for nobody
+    mask_hidden = replace(rubric_from_mapping({"visibility": {"I4": "hidden"}}), released=True)
+    with_mask = _report()
+    with_mask.results.append(CheckResult("I4-same-source-masked", "mask", "I4", 5.0,
+                                         Status.PASSED, "ok"))
+    assert not assert_self_contained(feedback.feedback_html(with_mask, mask_hidden)).images
     monkeypatch.setattr(figures, "available", lambda: False)
     text = feedback.feedback_html(_report(), released)
     assert not Page(text).images and feedback.NO_FIGURES in text

@@ -18,6 +18,7 @@ import html
 import io
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -401,3 +402,36 @@ def test_no_renderer_puts_text_between_backticks_by_hand():
                         and str(before.value).endswith("`"):
                     found.append(f"{path.name}:{node.lineno}")
     assert found == []
+
+
+LINKS = ("https://evil.example/phish?x=1", "http://evil.example", "www.evil.example/x",
+         "student@evil.example", "ftp://evil.example/f")
+
+
+def _autolinks(markdown: str) -> list[str]:
+    """Where a GitHub-flavoured renderer (Gradescope's) would start a live link on its own: a
+    scheme's ``://``, a ``www.``, an e-mail's ``@``, none of them backslash-escaped (the
+    extended-autolink rules of the GFM spec)."""
+    return re.findall(r"(?i)(?<!\\)\b\w+://|(?<![\\\w])www\.|\w@\w", markdown)
+
+
+def test_a_url_a_notebook_prints_is_never_a_live_link_on_gradescope(tmp_path):
+    """A URL in the notes (a cell the grader skipped) or in the reason a notebook could not
+    be graded reaches the Gradescope Markdown escaped: read literally, never linked."""
+    from moco_ref.report.lms import gradescope_results
+
+    printed = " and ".join(LINKS)
+    graded = _tmp_report(tmp_path, "alice.py")
+    graded.notes = [f"skipped a cell that printed {printed}"]
+    broken = SubmissionReport(str(tmp_path / "bob.ipynb"), "lab", False,
+                              traceback=f"Traceback (most recent call last):\nValueError: "
+                                        f"see {printed}")
+    for report_ in (graded, broken):
+        data = gradescope_results(report_)
+        texts = [data["output"]] + [test["output"] for test in data["tests"]]
+        for text in texts:
+            outside = re.sub(r"(?s)```.*?```|`[^`]*`", "", text)  # code is never linked
+            assert not _autolinks(outside), outside
+        assert any("evil" in text for text in texts)  # it is shown, as text
+    assert _autolinks(printed)  # meta: the finder sees each of them raw
+    assert len(_autolinks(printed)) == len(LINKS)

@@ -67,8 +67,22 @@ def test_not_applicable_checks_fold_into_one_line_and_a_crash_is_told_once(use_r
     assert out.count(CRASH.split(" (")[0]) == 2  # the fold and the check that tells it
     assert "I1-check-number-0" not in out and "I9-check-number-7" not in out
     assert "contract-returns-seven-values" in out and "I5-fifo-letters" in out
-    evidence = report.results[0].message.splitlines()  # the one part kept whole
-    assert all(line.strip() in evidence for line in _too_wide(out))
+    assert not _too_wide(out), _too_wide(out)  # the evidence too: wrapped, never cut
+
+
+@pytest.mark.parametrize("use_rich", [True, False])
+def test_a_long_reason_wraps_at_spaces_and_is_never_cut(use_rich, monkeypatch):
+    """The evidence of a failed check (here 540 characters on one line) fits 80 columns and
+    every word of it is printed, in order."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    words = [f"word{n}-of-the-evidence" for n in range(24)]
+    report = SubmissionReport("subs/bob.py", "lab", True, [CheckResult(
+        "I4-same-source-masked", "mask", "I4", 6.35, Status.FAILED, " ".join(words))])
+    out = _printed(report, use_rich=use_rich)
+    assert not _too_wide(out), _too_wide(out)
+    flat = out.split()
+    positions = [flat.index(word) for word in words]
+    assert positions == sorted(positions)
 
 
 def test_a_lone_check_waiting_for_another_keeps_its_row():

@@ -108,6 +108,7 @@ def fail_factor(ev: LabEvidence, diagnosis: LossDiagnosis, fault, factor: str,
         got += f"; over the run, {diagnosis.narrative(ev.queue_context)}"
     fail(misconception, where=fault_where(ev, faulty), expected=expected, got=got,
          details={"steps": faulty, "loss_by_step": diagnosis.narrative(ev.queue_context, 12),
+                  "loss_story": diagnosis.story(ev.queue_context),
                   **loss_series(ev, diagnosis), **(details or {})})
 
 

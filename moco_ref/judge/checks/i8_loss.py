@@ -13,6 +13,7 @@ import torch
 
 from moco_ref.core.contrastive import contrastive_logits, info_nce_loss, positive_labels
 from moco_ref.judge.assertions import (
+    Note,
     NotJudged,
     at_step,
     fail,
@@ -48,6 +49,7 @@ from moco_ref.judge.invariants.logits import (
 from moco_ref.judge.invariants.loss import FORM_TEXT, TEMPERATURE_RULES
 from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis, departure
 from moco_ref.judge.lab_evidence import LabEvidence
+from moco_ref.judge.loss_story import story_verdict
 from moco_ref.judge.registry import check
 
 LOSS_MATCHES_RECOMPUTATION = check(
@@ -90,6 +92,7 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
                  f"{departure(ev.loss_inputs[t], closest, diagnosis.temperature)}{runs}",
              details={"steps": unexplained,
                       "loss_by_step": diagnosis.narrative(ev.queue_context, 12),
+                      "loss_story": diagnosis.story(ev.queue_context),
                       **loss_series(ev, diagnosis)})
     steps = list(range(len(ev.steps)))
     fault = factor_fault(diagnosis, steps, "labels", tuple(LABELS_TEXT))
@@ -153,9 +156,8 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
                     expected="−ln p⁺ = −q·k⁺/T + ln(e^(q·k⁺/T) + Σ_neg e^(q·n/T)) "
                              "(F.cross_entropy over [positive, negatives])",
                     got="−q·k⁺/T + ln Σ_neg e^(q·n/T)")
-    if len(diagnosis.runs()) == 1:
-        return "matches " + diagnosis.fit.form.describe()
-    return "explained step by step: " + diagnosis.narrative(ev.queue_context)
+    story = diagnosis.pass_story(ev.queue_context)
+    return Note(story_verdict(story), {"loss_story": story, "loss_story_is_message": True})
 
 
 def _fail_non_finite(ev: LabEvidence) -> None:

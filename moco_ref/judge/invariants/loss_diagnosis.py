@@ -27,8 +27,10 @@ from moco_ref.judge.invariants.loss import (
     LossForm,
     StepLossInputs,
     form_gradient,
+    form_parts,
     gradient_error,
 )
+from moco_ref.judge.loss_story import story_run, story_text
 from moco_ref.probe.threads import one_thread
 
 
@@ -86,17 +88,21 @@ class LossDiagnosis:
     def narrative(self, context=None, limit: int = 4) -> str:
         """``steps 0–3: the reference loss; steps 4–11 (the queue holding 240 keys): no
         same-source mask``; ``context(t)`` adds what was special about a run's first step."""
-        parts = []
-        runs = self.runs()
-        for first, last, form in runs[:limit]:
-            span = f"step {first}" if first == last else f"steps {first}–{last}"
-            if context is not None and first > 0:
-                span += f" ({context(first)})"
-            what = form.describe() if form is not None else "no known form"
-            parts.append(f"{span}: {what}")
-        if len(runs) > limit:
-            parts.append(f"… {len(runs) - limit} more runs")
-        return "; ".join(parts)
+        return story_text(self.story(context), limit)
+
+    def story(self, context=None) -> dict:
+        """The runs as data, each departure with its check (``loss_story``)."""
+        return {"runs": [story_run(first, last, form_parts(form) if form is not None else [],
+                                   context(first) if context is not None and first > 0 else "",
+                                   explained=form is not None)
+                         for first, last, form in self.runs()]}
+
+    def pass_story(self, context=None) -> dict:
+        """The story the loss check's pass message tells: one run of the fitted form when it
+        explains every step alike."""
+        if len(self.runs()) == 1:
+            return {"runs": [story_run(0, len(self.steps) - 1, form_parts(self.fit.form))]}
+        return self.story(context)
 
 
 def candidate_forms(base: LossForm) -> list[LossForm]:
