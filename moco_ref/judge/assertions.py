@@ -15,6 +15,7 @@ grader could not follow it: an error).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import NoReturn
 
@@ -92,7 +93,14 @@ class SubmissionCrashed(SubmissionError):
     def __init__(self, part: str, summary: str, text: str) -> None:
         self.part = part
         self.summary = summary  # "train_moco raised at step 5 (epoch 1, batch 2 of the epoch)"
+        if _MEMORY_ERROR.search(text or ""):  # the limit it met is the grader's: say which
+            text = f"{text.rstrip()}\n{OUT_OF_MEMORY}"
         super().__init__(f"{summary}:\n{text}" if text else summary)
+
+
+_MEMORY_ERROR = re.compile(r"^\s*MemoryError\b", re.MULTILINE)
+OUT_OF_MEMORY = ("(a MemoryError: the submission's process reached the memory each job may "
+                 "use, --memory-mb)")
 
 
 # --------------------------------------------------------------------------- formatting

@@ -20,7 +20,22 @@ from dataclasses import dataclass, field
 
 from moco_ref.probe.options import STYLES, family_of
 
-FAMILIES = ("contract", "I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "warmup")
+# Every family of checks, in report order, with the title its section has on a student's page:
+# a new family is one entry here.
+FAMILY_TITLES = {
+    "contract": "the function's contract",
+    "I1": "I1 — no gradient into the key encoder",
+    "I2": "I2 — the stored keys are the key encoder's",
+    "I3": "I3 — the queue is FIFO, newest kept",
+    "I4": "I4 — same-source negatives masked",
+    "I5": "I5 — warm-up values",
+    "I6": "I6 — the order of a step",
+    "I7": "I7 — the EMA law",
+    "I8": "I8 — the loss",
+    "I9": "I9 — the batch is not its own negatives",
+    "warmup": "moco_warmup",
+}
+FAMILIES = tuple(FAMILY_TITLES)
 
 CheckFunction = Callable[[object], "str | None"]
 

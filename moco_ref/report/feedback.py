@@ -32,7 +32,7 @@ import html
 from pathlib import Path
 
 from moco_ref import __version__
-from moco_ref.judge.registry import FAMILIES
+from moco_ref.judge.registry import FAMILIES, FAMILY_TITLES
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_RUBRIC, Rubric
 from moco_ref.probe.source import SUBMISSION_SUFFIXES
@@ -61,19 +61,6 @@ NO_FIGURES = ("Figures are not drawn here: matplotlib is not installed where thi
               "(the evidence is in the text).")
 _VERDICTS = {Status.PASSED: "passed", Status.FAILED: "failed", Status.ERROR: "error",
              Status.TIMEOUT: "timed out", Status.NOT_JUDGED: "not judged"}
-_FAMILY_NAMES = {
-    "contract": "the function's contract",
-    "warmup": "moco_warmup",
-    "I1": "I1 — no gradient into the key encoder",
-    "I2": "I2 — the stored keys are the key encoder's",
-    "I3": "I3 — the queue is FIFO, newest kept",
-    "I4": "I4 — same-source negatives masked",
-    "I5": "I5 — warm-up values",
-    "I6": "I6 — the order of a step",
-    "I7": "I7 — the EMA law",
-    "I8": "I8 — the loss",
-    "I9": "I9 — the batch is not its own negatives",
-}
 
 
 def feedback_name(report: SubmissionReport, kind: str) -> str:
@@ -245,14 +232,14 @@ def feedback_html(report: SubmissionReport, rubric: Rubric | None = None, *,
             verdict = page.family_verdict(results)
             earned = sum(r.points for r in results)
             maximum = sum(r.max_points for r in results)
-            title = e(_FAMILY_NAMES.get(family, family))
+            title = e(FAMILY_TITLES.get(family, family))
             out.append(f'<tr><td><a href="#family-{e(family)}">{title}</a></td>'
                        f'<td class="verdict {_css_class(verdict)}">{verdict}</td>'
                        f'<td class="points">{points_str(earned)} / {points_str(maximum)}</td></tr>')
         out.append("</table>")
     for family, results in families:
         verdict = page.family_verdict(results)
-        out.append(f'<section id="family-{e(family)}"><h2>{e(_FAMILY_NAMES.get(family, family))}'
+        out.append(f'<section id="family-{e(family)}"><h2>{e(FAMILY_TITLES.get(family, family))}'
                    f' — <span class="verdict {_css_class(verdict)}">{verdict}</span></h2>')
         for result in results:
             status = _VERDICTS.get(result.status, result.status.value)
@@ -328,11 +315,11 @@ def feedback_markdown(report: SubmissionReport, rubric: Rubric | None = None, *,
         for family, results in families:
             earned = sum(r.points for r in results)
             maximum = sum(r.max_points for r in results)
-            out.append(f"| {md_escape(_FAMILY_NAMES.get(family, family))} | "
+            out.append(f"| {md_escape(FAMILY_TITLES.get(family, family))} | "
                        f"{page.family_verdict(results)} | "
                        f"{points_str(earned)} / {points_str(maximum)} |")
     for family, results in families:
-        out += ["", f"## {md_escape(_FAMILY_NAMES.get(family, family))} — "
+        out += ["", f"## {md_escape(FAMILY_TITLES.get(family, family))} — "
                     f"{page.family_verdict(results)}"]
         for result in results:
             status = _VERDICTS.get(result.status, result.status.value)

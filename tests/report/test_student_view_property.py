@@ -23,7 +23,7 @@ from moco_ref.report import feedback, figures, lms
 from moco_ref.report.scoring import points_str
 from moco_ref.report.text import INFERRED_FAMILIES
 
-STYLE = "builder"
+STYLES = ("lab", "builder", "components")
 WITHHOLDING = ("after_due_date", "after_published", "hidden")
 SECRET_POINTS = 7.31
 MISCONCEPTION = "MISCONCEPTION-OF-THE-WITHHELD-CHECK"
@@ -31,13 +31,16 @@ EVIDENCE = "EVIDENCE-OF-THE-WITHHELD-CHECK"
 INFERRED_VALUE = 0.98765
 
 
-def _checks() -> list[str]:
-    return [spec.check_id for spec in all_checks(STYLE)]
+def _checks(style: str) -> list[str]:
+    return [spec.check_id for spec in all_checks(style)]
 
 
-def _report(withheld: str) -> SubmissionReport:
+CASES = [(style, check) for style in STYLES for check in _checks(style)]
+
+
+def _report(withheld: str, style: str = "builder") -> SubmissionReport:
     """Every check passes but ``withheld``; its conclusion is carried wherever it can be."""
-    ids = _checks()
+    ids = _checks(style)
     family = withheld.split("-", 1)[0]
     others = [c for c in ids if c != withheld and c != LOSS_CHECK_ID]
     waiting = next(c for c in others if c.split("-", 1)[0] != family)
@@ -67,7 +70,7 @@ def _report(withheld: str) -> SubmissionReport:
             results.append(CheckResult(check, check, fam, 2.0, Status.PASSED, "ok"))
     inferred = {key: INFERRED_VALUE for key, families in INFERRED_FAMILIES.items()
                 if family in families}
-    return SubmissionReport(submission="/tmp/class/alice.py", style=STYLE, gradable=True,
+    return SubmissionReport(submission="/tmp/class/alice.py", style=style, gradable=True,
                             results=charge_disabled(results), inferred=inferred)
 
 
@@ -103,11 +106,11 @@ def _secrets(report: SubmissionReport, withheld: str) -> list[str]:
 
 
 @pytest.mark.parametrize("visibility", WITHHOLDING)
-@pytest.mark.parametrize("withheld", _checks())
-def test_a_withheld_check_leaves_no_trace_on_any_student_surface(withheld, visibility,
+@pytest.mark.parametrize(("style", "withheld"), CASES, ids=[f"{s}-{c}" for s, c in CASES])
+def test_a_withheld_check_leaves_no_trace_on_any_student_surface(style, withheld, visibility,
                                                                  monkeypatch):
     monkeypatch.setattr(figures, "available", lambda: False)
-    report = _report(withheld)
+    report = _report(withheld, style)
     rubric = rubric_from_mapping({"visibility": {withheld: visibility}})
     secrets = _secrets(report, withheld)
     for platform, text in _student_surfaces(report, rubric, withheld).items():

@@ -52,8 +52,10 @@ def _round_trip(value):
 
 def test_dense_tensors_and_views_of_what_was_sent_pass():
     base = torch.randn(6, 4)
-    plain(_round_trip({"t": base.T, "slice": base[2:], "empty": torch.empty(0, 3)}), "x",
-           tensor_bytes=[0])
+    sent = {"t": base.T, "slice": base[2:], "empty": torch.empty(0, 3)}
+    counted = [0]
+    plain(_round_trip(sent), "x", tensor_bytes=counted)  # raises Invalid when refused
+    assert counted == [(24 + 16 + 0) * 4]  # each tensor's own elements, float32
 
 
 @pytest.mark.parametrize(
