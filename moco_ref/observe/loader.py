@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import ast
 import builtins
+import codecs
 import importlib
 import importlib.util
+import json
 import linecache
 import re
 import sys
@@ -27,6 +29,7 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from moco_ref.observe import platform_stubs
 from moco_ref.observe.ipython_syntax import IPythonCalls, honoured_cell_magic, strip_ipython
 from moco_ref.probe.source import is_module_target
 from moco_ref.probe.styles import NotASubmission
@@ -54,10 +57,11 @@ def load_submission(target: str, *, execute_all_cells: bool = False) -> LoadedSu
     them into a "not gradable" verdict with the traceback.
     """
     path = Path(target)
+    platform_stubs.install().used.clear()
     if path.suffix == ".ipynb":
-        return _load_notebook(path, execute_all_cells=execute_all_cells)
+        return _with_stub_notes(_load_notebook(path, execute_all_cells=execute_all_cells))
     if path.suffix == ".py" or path.exists():
-        return _load_python_file(path)
+        return _with_stub_notes(_load_python_file(path))
     if is_module_target(target):
         module = importlib.import_module(target)
         origin = getattr(module, "__file__", None) or "a namespace package"
@@ -65,6 +69,12 @@ def load_submission(target: str, *, execute_all_cells: bool = False) -> LoadedSu
             target, "module", vars(module), [f"imported module {target} from {origin}"]
         )
     raise FileNotFoundError(f"no such file, notebook or importable module: {target}")
+
+
+def _with_stub_notes(loaded: LoadedSubmission) -> LoadedSubmission:
+    """Say which platform modules (Colab's, the notebook bar) were stubbed while it loaded."""
+    loaded.notes.extend(platform_stubs.used_notes())
+    return loaded
 
 
 def _fresh_module(file: Path | None) -> types.ModuleType:
@@ -111,17 +121,74 @@ def _decoded(path: Path) -> str:
     return source
 
 
+def _notebook_text(name: str, data: bytes) -> str:
+    """A notebook file's JSON text: UTF-8, a UTF-8 byte-order mark dropped (Windows editors
+    write one), UTF-16 or UTF-32 read by their byte-order mark."""
+    for mark, encoding in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+                           (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+                           (codecs.BOM_UTF16_BE, "utf-16")):
+        if data.startswith(mark):
+            try:
+                return data.decode(encoding)
+            except UnicodeDecodeError as exc:
+                raise NotASubmission(f"{name} is not a readable notebook (it starts with a "
+                                     f"{encoding} byte-order mark but is not {encoding}: "
+                                     f"{exc.reason}); save it again as UTF-8") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotASubmission(f"{name} is not a readable notebook (not UTF-8: {exc.reason} at "
+                             f"byte {exc.start}); save it again as UTF-8") from None
+
+
+def _unreadable_cause(data: bytes) -> str | None:
+    """Why a notebook's bytes are not a notebook, in words a student can act on."""
+    text = data.decode("utf-8", "replace").strip()
+    if not text:
+        return "the file is empty"
+    if text[0] not in "{[":
+        return "it is not JSON: it does not start with '{'"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        if _cut_short(text):
+            return f"the JSON stops at character {len(text)} with brackets still open: truncated"
+        return f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    return None
+
+
+def _cut_short(text: str) -> bool:
+    """Whether JSON text ends inside a string or with a bracket still open (and none closed
+    that was not opened): a file cut off while written or copied."""
+    open_brackets, in_string, escaped = [], False, False
+    for char in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            open_brackets.append("}" if char == "{" else "]")
+        elif char in "}]":
+            if not open_brackets or open_brackets.pop() != char:
+                return False
+    return in_string or bool(open_brackets)
+
+
 def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
     try:
         import nbformat
     except ImportError as exc:  # pragma: no cover - a dependency of moco-ref
         raise ImportError("grading notebooks needs nbformat: pip install nbformat") from exc
 
+    data = path.read_bytes()
     try:
-        notebook = nbformat.read(str(path), as_version=4)
+        notebook = nbformat.reads(_notebook_text(path.name, data), as_version=4)
+    except NotASubmission:
+        raise
     except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook, unknown version
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise NotASubmission(f"{path.name} is not a readable notebook ({first}); open it in "
+        cause = _unreadable_cause(data) or first
+        raise NotASubmission(f"{path.name} is not a readable notebook ({cause}); open it in "
                              "Jupyter and save it again, or hand in a .py file") from None
     module = _fresh_module(None)
     notes: list[str] = []
