@@ -130,6 +130,32 @@ def may_be_helper(path: Path) -> bool:
                                          & submission_names for tree in trees)
 
 
+def imported_modules(path: Path) -> set[str]:
+    """The top-level names of the modules ``path`` imports anywhere (absolute imports; a
+    notebook: over its cells), read without running it."""
+    names: set[str] = set()
+    for tree in module_trees(Path(path)) or ():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def imported_helper(helper: Path, main: Path) -> bool:
+    """Whether the ``.py`` file ``helper`` beside ``main`` is ``main``'s helper module because
+    ``main`` imports it, whatever names it defines (a student's ``KeyQueue`` in
+    ``moco_utils.py``) — unless it binds an entry point of ``main``'s own style, the warm-up
+    included (then it is that style's code in its own right: in a class folder a
+    classmate's, never a helper)."""
+    if helper.suffix != ".py" or helper.stem not in imported_modules(main):
+        return False
+    style = style_from_source(main)
+    own = set(OBSERVED_STYLES[style].entry_points) if style else set(ENTRY_POINTS)
+    return module_trees(helper) is not None and not bound_entry_points(helper) & own
+
+
 def style_from_source(path: Path) -> str | None:
     """The style the entry points ``path`` binds point to (``style_of_names``), or None."""
     return style_of_names(bound_entry_points(path))

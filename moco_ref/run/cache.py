@@ -53,7 +53,7 @@ def cache_key(target: Target, options: GradeOptions,
 
     content = hashlib.sha256(Path(target.path).read_bytes()).hexdigest()
     helpers = {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-               for path in (helper_files(target.path) if target.helpers else ())}
+               for path in helper_files(target.path, target.helpers)}
     material = json.dumps({"name": target.name, "content": content, "helpers": helpers,
                            "grader": grader_fingerprint(), "options": options.to_dict(),
                            "isolation": isolation_mode(isolation)}, sort_keys=True)

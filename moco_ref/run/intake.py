@@ -34,7 +34,12 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from moco_ref.probe.source import SUBMISSION_SUFFIXES, bound_entry_points, is_module_target
+from moco_ref.probe.source import (
+    SUBMISSION_SUFFIXES,
+    bound_entry_points,
+    imported_helper,
+    is_module_target,
+)
 from moco_ref.run.archive import Skipped, unpack_zip
 from moco_ref.run.gradescope_metadata import gradescope_metadata
 from moco_ref.run.output import DEFAULT_OUT
@@ -361,9 +366,14 @@ def _files_note(main: Path, candidates: list[Path], folder: Path) -> str:
 
 
 def main_file(candidates: list[Path]) -> Path:
-    """The file that defines the most entry points (ties: a notebook, then the shorter path)."""
-    return max(candidates, key=lambda p: (len(bound_entry_points(p)), p.suffix == ".ipynb",
-                                          -len(p.as_posix())))
+    """The file that defines the most entry points (ties: a notebook, then the shorter path),
+    among those no other file imports as its helper (``imported_helper``)."""
+    imported = {helper for helper in candidates for main in candidates
+                if helper != main and helper.parent == main.parent
+                and imported_helper(helper, main)}
+    return max([p for p in candidates if p not in imported] or candidates,
+               key=lambda p: (len(bound_entry_points(p)), p.suffix == ".ipynb",
+                              -len(p.as_posix())))
 
 
 # Canvas names a repeated upload "file-1.py"

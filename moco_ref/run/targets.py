@@ -21,10 +21,10 @@ import importlib.machinery
 import importlib.util
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from moco_ref.probe.source import SUBMISSION_SUFFIXES, is_module_target
+from moco_ref.probe.source import SUBMISSION_SUFFIXES, imported_helper, is_module_target
 
 _SKIPPED_FILE_NAMES = {"conftest.py", "setup.py"}
 _SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints", ".git", ".hypothesis"}
@@ -151,7 +151,33 @@ def folder_targets(path: Path) -> list[Target]:
             found.append(Target(str(file), relative.as_posix(), helpers=False))
     if not found:
         raise TargetError(f"no submissions (*.py or *.ipynb files) in folder {path}")
-    return found
+    return _without_imported_helpers(found)
+
+
+def _without_imported_helpers(found: list[Target]) -> list[Target]:
+    """A module another file of the same folder imports, that is no submission of that
+    file's style (``imported_helper``: a student's ``moco_utils.py`` defining ``KeyQueue``
+    beside the notebook that imports it), is that file's helper: not graded on its own, and
+    named in the importer's note."""
+    files = [t for t in found if not t.refused]
+    helper_of: dict[int, list[str]] = {}
+    helpers: set[int] = set()
+    for target in files:
+        folder = Path(target.path).parent
+        for other in files:
+            if other is not target and Path(other.path).parent == folder \
+                    and imported_helper(Path(other.path), Path(target.path)):
+                helper_of.setdefault(id(target), []).append(Path(other.path).name)
+                helpers.add(id(other))
+    kept = []
+    for target in found:
+        if id(target) in helpers and id(target) not in helper_of:
+            continue
+        names = helper_of.get(id(target))
+        kept.append(replace(target, note="; ".join(filter(None, [
+            target.note, "helper modules it imports, not graded on their own: "
+            + ", ".join(names)]))) if names else target)
+    return kept
 
 
 def reached_through_link(root: Path, relative: Path) -> bool:

@@ -34,7 +34,7 @@ from moco_ref.observe.channel import (
 )
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.parts import ObservedPart, Stage
-from moco_ref.probe.source import is_module_target, may_be_helper
+from moco_ref.probe.source import imported_helper, is_module_target, may_be_helper
 from moco_ref.sandbox import procs
 from moco_ref.sandbox.capture import StreamDrain
 from moco_ref.sandbox.client import JobHandle, Zygote
@@ -53,37 +53,40 @@ def copy_submission(target: str, folder: Path, *, helpers: bool = True) -> str:
     source = Path(target).resolve()
     folder.mkdir(parents=True)
     shutil.copy2(source, folder / source.name)
-    for sibling in helper_files(source) if helpers else ():
+    for sibling in helper_files(source, helpers):
         shutil.copy2(sibling, folder / sibling.name)
     return str(folder / source.name)
 
 
-def helper_files(target: str | Path) -> list[Path]:
+def helper_files(target: str | Path, helpers: bool = True) -> list[Path]:
     """The helper modules beside a submission that its process gets (see
     ``copy_submission``), sorted: the candidates (``_helper_candidates``) that shadow no
-    installed module."""
-    return [sibling for sibling in _helper_candidates(target)
+    installed module. Without ``helpers`` (classmates side by side) only the modules the
+    submission imports that are no submission of its style (``imported_helper``)."""
+    return [sibling for sibling in _helper_candidates(target, helpers)
             if not shadowed_module(sibling.stem)]
 
 
-def refused_helpers(target: str | Path) -> list[str]:
+def refused_helpers(target: str | Path, helpers: bool = True) -> list[str]:
     """Why each helper module beside a submission that would shadow an installed module is
     not given to it, one sentence each naming the file and the module (the report's note)."""
     return [f"{sibling.name} beside the submission was not given to it as a helper module: "
             f"it is named like {shadowed_module(sibling.stem)} and would shadow it; rename it"
-            for sibling in _helper_candidates(target) if shadowed_module(sibling.stem)]
+            for sibling in _helper_candidates(target, helpers) if shadowed_module(sibling.stem)]
 
 
-def _helper_candidates(target: str | Path) -> list[Path]:
+def _helper_candidates(target: str | Path, helpers: bool = True) -> list[Path]:
     """The ``.py`` files beside a submission that may be its helpers, sorted: regular files
-    (a link is never followed, wherever it points), not too large, that bind no MoCo entry
-    point of their own (``moco_ref.probe.source.may_be_helper``: a file that does is graded
-    on its own, or is a classmate's)."""
+    (a link is never followed, wherever it points), not too large, that the submission
+    imports whatever they define (``imported_helper``) or — when ``helpers``: the folder is
+    the student's own — that bind no MoCo entry point of their own
+    (``moco_ref.probe.source.may_be_helper``: a file that does is graded on its own, or is a
+    classmate's)."""
     source = Path(target).resolve()
     return [sibling for sibling in sorted(source.parent.glob("*.py"))
             if sibling != source and not sibling.is_symlink() and sibling.is_file()
             and sibling.stat().st_size <= MAX_HELPER_BYTES
-            and may_be_helper(sibling)]
+            and (imported_helper(sibling, source) or helpers and may_be_helper(sibling))]
 
 
 def shadowed_module(name: str) -> str:
@@ -321,7 +324,7 @@ def _attempt_in(zygote: Zygote, attempt: Attempt, token: str, nonce: bytes, targ
         import_root = os.getcwd()
         if not is_module_target(target):
             attempt.original_folder = str(Path(target).resolve().parent)
-            attempt.refused_helpers = refused_helpers(target) if helpers else []
+            attempt.refused_helpers = refused_helpers(target, helpers)
             target = copy_submission(target, copy, helpers=helpers)
         elif sandboxed or confined:  # the module (its top-level package) is sent
             copy_module(target, copy)

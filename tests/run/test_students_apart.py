@@ -367,3 +367,76 @@ def test_an_export_is_graded_with_its_bad_members_flagged_on_their_students(tmp_
     summary = json.loads((out / "summary.json").read_text())
     assert [row["status"] for row in summary["submissions"]] == [
         "graded", "graded", "not gradable"]
+
+
+# --------------------------------------------------------------------------- imported helpers
+
+NOTEBOOK = (Path(__file__).resolve().parents[2] / "examples" / "submissions"
+            / "correct_notebook.ipynb")
+UTILS = '''import torch
+
+
+class KeyQueue:
+    def __init__(self, capacity):
+        self.capacity = capacity
+
+
+def momentum_update(query, key, m):
+    return None
+'''
+
+
+def _student_folder(root: Path, utils_name: str = "moco_utils") -> Path:
+    """One student's hand-in: the LAB notebook importing its own helper module, which
+    defines names of the components style (``KeyQueue``, ``momentum_update``)."""
+    import nbformat
+
+    root.mkdir(parents=True)
+    notebook = nbformat.read(str(NOTEBOOK), as_version=4)
+    notebook.cells.insert(0, nbformat.v4.new_code_cell(
+        f"from {utils_name} import KeyQueue, momentum_update  # noqa: F401"))
+    nbformat.write(notebook, str(root / "LAB07_MoCo.ipynb"))
+    write(root, f"{utils_name}.py", UTILS)
+    return root
+
+
+def test_a_module_the_notebook_imports_is_its_helper_whatever_it_defines(tmp_path):
+    folder = _student_folder(tmp_path / "alice")
+    (target,) = find_targets([folder], tmp_path / "work")
+    assert target.name == "LAB07_MoCo.ipynb"
+    assert "helper modules it imports, not graded on their own: moco_utils.py" in target.note
+    assert _copied(target.path, tmp_path, target.helpers) == ["LAB07_MoCo.ipynb",
+                                                               "moco_utils.py"]
+
+
+def test_the_same_student_as_a_zip_and_as_a_folder_in_a_class_export(tmp_path):
+    folder = _student_folder(tmp_path / "hand-in" / "alice")
+    archive = tmp_path / "alice.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for path in folder.iterdir():
+            zipped.write(path, path.name)
+        zipped.writestr("__MACOSX/._LAB07_MoCo.ipynb", b"\x00\x05\x16\x07")
+        zipped.writestr(".ipynb_checkpoints/LAB07_MoCo-checkpoint.ipynb", b"{}")
+    (target,) = find_targets([archive], tmp_path / "work")
+    assert target.name.endswith("LAB07_MoCo.ipynb"), target.name
+    assert "moco_utils.py" in _copied(target.path, tmp_path / "zip", target.helpers)
+    _student_folder(tmp_path / "class" / "bob", "queue_tools")
+    shutil_copy = [p.name for p in (tmp_path / "hand-in" / "alice").iterdir()]
+    assert sorted(shutil_copy) == ["LAB07_MoCo.ipynb", "moco_utils.py"]
+    targets = _by_name(find_targets([tmp_path / "class"], tmp_path / "work2", per_folder=True))
+    assert list(targets) == ["bob/LAB07_MoCo.ipynb"]
+    bob = targets["bob/LAB07_MoCo.ipynb"]
+    assert _copied(bob.path, tmp_path / "bob", bob.helpers) == ["LAB07_MoCo.ipynb",
+                                                                "queue_tools.py"]
+
+
+def test_an_imported_file_with_the_course_style_s_entry_points_stays_a_classmate(tmp_path):
+    """The rule's guard: alice importing a file that defines the LAB's own entry points (here
+    the warm-up) does not make it hers."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    write(folder, "alice.py", CHEAT)
+    write(folder, "solver.py", SOLVER)
+    targets = _by_name(find_targets([folder], tmp_path / "work"))
+    assert set(targets) == {"alice.py", "solver.py"}
+    assert _copied(targets["alice.py"].path, tmp_path, False) == ["alice.py"]
