@@ -101,6 +101,17 @@ def executable() -> str | None:
     return shutil.which("bwrap")
 
 
+def grader_root() -> str:
+    """What of the grader's own code no job may see: the source checkout moco_ref runs from
+    (the judge, the tests, the examples), or — installed, under ``/usr``, ``/usr/local``, a
+    venv or a user site — the moco_ref package folder itself, never the site-packages that
+    holds it (the jobs import torch from there)."""
+    parent = os.path.realpath(PACKAGE_DIR.parent)
+    packages = {os.path.realpath(folder) for folder in python_folders()}
+    return str(PACKAGE_DIR) if parent in packages or os.path.basename(parent) in (
+        "site-packages", "dist-packages") else parent
+
+
 def python_folders() -> list[str]:
     folders = {sys.base_prefix, sys.prefix, sys.exec_prefix, sys.base_exec_prefix}
     for name in ("stdlib", "platstdlib", "purelib", "platlib"):
@@ -252,7 +263,7 @@ def command(control_fd: int, etc_folder: str, *, hidden: tuple[str, ...] = (),
         if folder != "/usr" and os.path.isdir(installed) and \
                 os.path.realpath(installed) == str(PACKAGE_DIR):
             args += ["--tmpfs", seen_as(installed)]
-    for path in sorted({os.path.realpath(p) for p in (*hidden, str(PACKAGE_DIR.parent))}):
+    for path in sorted({os.path.realpath(p) for p in (*hidden, grader_root())}):
         if any(_inside(path, folder) and path != folder for folder in bound):
             args += ["--tmpfs", seen_as(path)]
     for name in ETC_FILES:

@@ -458,7 +458,7 @@ _NOT_PASSED_ON = (procs.TOKEN_VARIABLE, ISOLATION_VARIABLE, "PYTEST_CURRENT_TEST
 def _grader_paths() -> tuple[str, ...]:
     """Folders of the grader's that must never be visible inside the sandbox, even when a
     bound folder holds them: where it runs, the home folder, the project checkout."""
-    return tuple(path for path in (os.getcwd(), os.path.expanduser("~"), _PACKAGE_ROOT)
+    return tuple(path for path in (os.getcwd(), os.path.expanduser("~"), bwrap.grader_root())
                  if path and path != "/")
 
 

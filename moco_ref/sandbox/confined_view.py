@@ -43,6 +43,11 @@ def copy_view(view: str, *, reference: bool = False) -> None:
             os.chmod(os.path.join(folder, name), 0o644)
 
 
+def system_folders() -> list[str]:
+    """The system folders every job reads (``/usr``, ``/lib``…), resolved."""
+    return list(dict.fromkeys(os.path.realpath(f"/{top}") for top in bwrap.SYSTEM_TOP))
+
+
 def split_around(root: str, hidden: list[str]) -> list[str]:
     """``root``, or, when a hidden path lies strictly inside it, its entries but the hidden
     ones (an entry holding a hidden path is split the same way): the paths to grant so that
@@ -71,17 +76,16 @@ def rules(view: str, *, hidden: tuple[str, ...]) -> list[list]:
     hidden_real = sorted({os.path.realpath(path) for path in hidden})
     installed = [os.path.join(folder, "moco_ref") for folder in bwrap.python_folders()]
     hidden_real += [path for path in installed if os.path.isdir(path)]
-    read = []
-    for top in bwrap.SYSTEM_TOP:
-        path = os.path.realpath(f"/{top}")
-        if os.path.isdir(path) and path not in read:
-            read.append(path)
-    for folder in bwrap.python_folders():
-        if not any(_inside(folder, done) for done in read):
+    hidden_real.append(os.path.realpath(bwrap.grader_root()))
+    covered: list[str] = []
+    read: list[str] = []
+    # each folder split around what is hidden in it: a moco_ref installed under /usr (a
+    # container's pip) lies inside a system folder granted otherwise whole
+    tops = [path for path in system_folders() if os.path.isdir(path)]
+    for folder in [*tops, *bwrap.python_folders(), *bwrap.code_folders()]:
+        if not any(_inside(folder, done) for done in covered):
             read += split_around(folder, hidden_real)
-    for folder in bwrap.code_folders():  # editable installs, PYTHONPATH entries
-        if not any(_inside(folder, done) for done in read):
-            read += split_around(folder, hidden_real)
+            covered.append(folder)
     read += [f"/etc/{name}" for name in ETC_READ if os.path.exists(f"/etc/{name}")]
     read += [path for path in OTHER_READ if os.path.exists(path)]
     read.append(view)

@@ -569,7 +569,8 @@ FRESH_GRADIENTS = check(
     contract=(
         "The query encoder is trained on each step's loss alone: its gradients are cleared "
         "between steps (optimizer.zero_grad()), so an update never carries earlier steps' "
-        "gradients."
+        "gradients; and the whole query model is trained: every parameter the loss reaches "
+        "is updated (the optimizer holds them all)."
     ),
 )
 ACCUMULATION_RTOL = 1e-3  # recomputed vs recorded parameter gradients
@@ -596,4 +597,34 @@ def contract_fresh_gradients_lab(ev: LabEvidence) -> str | None:
                  got=f"θq.grad = this step's gradient + the previous .grad (norm "
                      f"{float(item.after.norm()):.4g})",
                  details={"disables": ["I8"]})  # the step no longer applies the loss's gradient
+    _fail_untrained_parameters(ev)
     return None
+
+
+def _fail_untrained_parameters(ev: LabEvidence) -> None:
+    """A parameter of the query model that the loss's gradient reaches at some step but that
+    never changes over the run is outside the optimizer (``SGD(query.encoder.parameters())``:
+    the projection head never trained)."""
+    gradients = ev.query_gradients
+    steps = ev.steps
+    if not gradients or len(steps) < 2:
+        return
+    from moco_ref.probe.lab import ProbeNet
+
+    untrained, start = [], 0
+    for name, parameter in ProbeNet().named_parameters():
+        span = slice(start, start + parameter.numel())
+        start += parameter.numel()
+        reached = any(float(item.fresh[span].abs().max()) > 0 for item in gradients)
+        moved = any(not torch.equal(later.query_params[span], earlier.query_params[span])
+                    for earlier, later in zip(steps, steps[1:]))
+        if reached and not moved:
+            untrained.append(name)
+    if untrained:
+        fail("part of the query model is never trained: the loss's gradient reaches these "
+             "parameters but no step updates them (the optimizer is built over part of the "
+             "query model, e.g. query.encoder only, so the projection head never trains)",
+             where=f"over the {len(steps)} steps",
+             expected="every parameter of the query model the loss reaches updated "
+                      "(optimizer over query.parameters())",
+             got="never updated: " + ", ".join(untrained))
