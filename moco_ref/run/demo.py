@@ -11,6 +11,7 @@ install) and at ``./examples/submissions/manifest.json``; ``--manifest`` names a
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,6 +143,26 @@ def load_manifest(path: Path) -> list[Example]:
     return examples
 
 
+INVARIANT_FAMILIES = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9")
+STYLE_ORDER = ("lab", "builder", "components")
+
+
+def representative(examples: list[Example]) -> list[Example]:
+    """The default demo's set: the first correct example of each style, then for each
+    invariant the first example whose bug breaks that invariant alone (a LAB one when there
+    is one), in manifest order within each group."""
+    chosen: list[Example] = []
+    for style in STYLE_ORDER:
+        chosen += [e for e in examples if e.style == style and e.expect_full_marks
+                   and e.expect_gradable][:1]
+    for family in INVARIANT_FAMILIES:
+        alone = [e for e in examples if e.expected_failed_families == (family,)
+                 and not e.expect_full_marks and e.expect_gradable and not e.options]
+        alone.sort(key=lambda e: STYLE_ORDER.index(e.style) if e.style in STYLE_ORDER else 9)
+        chosen += alone[:1]
+    return chosen
+
+
 def run_demo(
     examples: list[Example], options: GradeOptions, *, jobs: int = 2, on_report=None,
     isolation: str | None = None,
@@ -173,6 +194,28 @@ def scoreboard_rows(outcomes: list[DemoOutcome], root: Path) -> list[tuple[str, 
             )
         )
     return rows
+
+
+def board_line(outcome: DemoOutcome, name: str, width: int, name_width: int) -> list[str]:
+    """One example on the compact scoreboard: ✓ or ✗, its name (shortened in the middle, never
+    broken), what was expected and what it got; what does not fit goes on a second line."""
+    mark = "✓" if outcome.as_expected else "✗"
+    expected = outcome.example.expected_text
+    actual = outcome.actual_text
+    name = middle_ellipsis(name, name_width)
+    head = f"{mark} {name:<{name_width}}  "
+    return textwrap.wrap(f"{expected} → {actual}", width, initial_indent=head,
+                         subsequent_indent=" " * len(head), break_on_hyphens=False,
+                         break_long_words=False) or [head.rstrip()]
+
+
+def middle_ellipsis(text: str, width: int) -> str:
+    """``text`` whole when it fits ``width``, else its head and tail around "…"."""
+    if len(text) <= width:
+        return text
+    keep = max(1, width - 1)
+    head = (keep + 1) // 2
+    return text[:head] + "…" + text[len(text) - (keep - head):]
 
 
 def surprise_details(outcome: DemoOutcome) -> list[str]:

@@ -160,10 +160,14 @@ def test_demo_compares_verdicts_with_the_manifest(tmp_path, capsys, monkeypatch)
         {"path": "fifo_oldest.py", "style": "lab", "expect_full_marks": False,
          "expected_failed_families": ["warmup"], "bug": "queue keeps the oldest"},
     ]}))
+    monkeypatch.chdir(tmp_path)
     assert main(["demo", "--manifest", str(manifest), "-j", "2"]) == 0
     out = capsys.readouterr().out
-    assert "2/2 verdicts as expected" in out
-    assert "queue keeps the oldest" in out and "fails warmup (2/3)" in out
+    assert "2/2 verdicts as expected" in out.splitlines()[-1]
+    assert "✓ fifo_oldest.py" in out and "fails warmup → fails warmup (2/3)" in out
+    board = tmp_path / "moco-ref-demo" / "scoreboard.txt"
+    assert str(board.relative_to(tmp_path)) in out.splitlines()[-1]
+    assert "queue keeps the oldest" in board.read_text(encoding="utf-8")
 
 
 def test_demo_verdicts():

@@ -264,15 +264,13 @@ def test_the_report_header_is_inert(use_rich):
 
 
 def test_the_demo_scoreboard_and_its_surprises_are_inert(tmp_path, capsys):
-    from moco_ref.cli.demo import _print_scoreboard
-    from moco_ref.run.demo import DemoOutcome, Example, scoreboard_rows, surprise_details
+    from moco_ref.cli.demo import demo_lines
+    from moco_ref.run.demo import DemoOutcome, Example, scoreboard_rows
 
     outcomes = [DemoOutcome(Example(tmp_path / name, "lab", True, (), bug=name),
                             report(name, score_passed=False)) for name in TERMINAL_NAMES]
     rows = scoreboard_rows(outcomes, tmp_path)
-    _print_scoreboard(rows)
-    for each in outcomes:
-        print("\n".join(surprise_details(each)))
+    print("\n".join(demo_lines(outcomes, rows, None, None, width=80)))  # surprises included
     assert_inert(capsys.readouterr().out)
 
 

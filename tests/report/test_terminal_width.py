@@ -132,30 +132,33 @@ def test_grade_piped_prints_80_columns_and_tells_a_crash_once():
     assert "contract-returns-seven-values" in run.stdout
 
 
-def test_the_demo_scoreboard_piped_shares_80_columns_and_keeps_every_name_whole(
-        tmp_path, capsys, monkeypatch):
-    """The adversarial manifest's long bug texts once squeezed the example and bug columns to
-    two characters each ("/…", "t…"): a table wider than the report wraps every text column
-    in proportion and folds a file name rather than cutting it, and names the examples
-    relative to their manifest even when it was given as a relative path."""
-    from moco_ref.cli.demo import _print_scoreboard
+def test_the_demo_piped_fits_80_columns_and_never_breaks_a_name(tmp_path, monkeypatch):
+    """A line per example at 80 columns: a long name is shortened in the middle (its head and
+    tail kept, never broken across lines), a long verdict wraps at spaces, and the whole
+    scoreboard (with the bug texts) goes to the file the last line names."""
+    from moco_ref.cli.demo import _write_board, demo_lines
     from moco_ref.run.demo import DemoOutcome, Example, scoreboard_rows
 
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "corpus").mkdir()
-    names = ["two_styles_deletes_train_moco.py", "recognises_the_probe_by_train.py"]
+    names = ["two_styles_deletes_train_moco_to_be_detected_as_builder_by_the_grader.py",
+             "short.py"]
     bug = ("LAB entry points with the I4 bug beside a correct MoCo class; deletes train_moco "
            "at import to be detected as builder: the style is read from the source")
-    outcomes = [DemoOutcome(Example((tmp_path / "corpus" / name).resolve(), "lab", True,
+    outcomes = [DemoOutcome(Example((tmp_path / "corpus" / name).resolve(), "lab", False,
                                     ("contract", "I1", "I2", "I3", "I4", "I6", "I7", "I8", "I9"),
                                     bug=bug), _crashed_report(name)) for name in names]
-    _print_scoreboard(scoreboard_rows(outcomes, tmp_path.joinpath("corpus").relative_to(
-        tmp_path)))
-    shown = capsys.readouterr().out
-    assert not _too_wide(shown), _too_wide(shown)
-    lines = shown.splitlines()
-    first_column = ["".join(line.split("│")[1].split()) for line in lines if "│" in line]
-    assert "".join(first_column) == "".join(names)  # each name whole, folded, in order
-    words = " ".join(" ".join(line.split("│")[2].split()) for line in lines if "│" in line)
-    assert " ".join(bug.split()) in words  # the bug text whole, over several lines
+    rows = scoreboard_rows(outcomes, tmp_path / "corpus")
+    board = _write_board(rows, tmp_path / "board")
+    lines = demo_lines(outcomes, rows, None, board, width=80)
+    assert not _too_wide("\n".join(lines[:-1])), _too_wide("\n".join(lines))
+    text = "\n".join(lines)
+    long_name = names[0]
+    assert long_name not in text  # shortened, not wrapped
+    shown = next(line.split()[1] for line in lines if line.startswith(("✓", "✗"))
+                 and "…" in line)
+    head, tail = shown.split("…")
+    assert long_name.startswith(head) and long_name.endswith(tail) and len(head) > 8
+    assert lines[-1].strip() == str(board) or lines[-1].endswith(str(board))  # whole, last
+    assert " ".join(bug.split()) in board.read_text(encoding="utf-8")
