@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import ast
 import builtins
-import codecs
 import importlib
 import importlib.util
-import json
 import linecache
 import re
 import sys
@@ -31,6 +29,7 @@ from pathlib import Path
 
 from moco_ref.observe import platform_stubs
 from moco_ref.observe.ipython_syntax import IPythonCalls, honoured_cell_magic, strip_ipython
+from moco_ref.observe.notebook_file import notebook_text, unreadable_cause
 from moco_ref.probe.source import is_module_target
 from moco_ref.probe.styles import NotASubmission
 
@@ -71,6 +70,22 @@ def load_submission(target: str, *, execute_all_cells: bool = False) -> LoadedSu
     raise FileNotFoundError(f"no such file, notebook or importable module: {target}")
 
 
+def _bind_platform_imports(tree: ast.Module, source: str, module) -> list[str]:
+    """Take the unguarded top-level imports of a platform module the grader lacks
+    (``platform_stubs.colab_bindings``) out of ``tree``, bind their names in ``module`` to
+    stubs; returns their first lines."""
+    kept, lines = [], []
+    for node in tree.body:
+        bound = platform_stubs.colab_bindings(node)
+        if bound is None:
+            kept.append(node)
+            continue
+        module.__dict__.update(bound)
+        lines.append(_first_line(source, node))
+    tree.body = kept
+    return lines
+
+
 def _with_stub_notes(loaded: LoadedSubmission) -> LoadedSubmission:
     """Say which platform modules (Colab's, the notebook bar) were stubbed while it loaded."""
     loaded.notes.extend(platform_stubs.used_notes())
@@ -99,6 +114,9 @@ def _load_python_file(path: Path) -> LoadedSubmission:
     if calls.ran:
         quoted = [f"`{line}`" for line in calls.ran]
         notes.append(f"ran the bodies of IPython cell magics as IPython does {_shown(quoted)}")
+    stubbed = _bind_platform_imports(tree, source, module)
+    if stubbed:
+        notes.append(platform_stubs.colab_note("", stubbed))
     _remember_source(str(path), source)
     exec(compile(tree, str(path), "exec", dont_inherit=True), module.__dict__)
     return LoadedSubmission(str(path), "python file", module.__dict__, notes)
@@ -121,59 +139,6 @@ def _decoded(path: Path) -> str:
     return source
 
 
-def _notebook_text(name: str, data: bytes) -> str:
-    """A notebook file's JSON text: UTF-8, a UTF-8 byte-order mark dropped (Windows editors
-    write one), UTF-16 or UTF-32 read by their byte-order mark."""
-    for mark, encoding in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
-                           (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
-                           (codecs.BOM_UTF16_BE, "utf-16")):
-        if data.startswith(mark):
-            try:
-                return data.decode(encoding)
-            except UnicodeDecodeError as exc:
-                raise NotASubmission(f"{name} is not a readable notebook (it starts with a "
-                                     f"{encoding} byte-order mark but is not {encoding}: "
-                                     f"{exc.reason}); save it again as UTF-8") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise NotASubmission(f"{name} is not a readable notebook (not UTF-8: {exc.reason} at "
-                             f"byte {exc.start}); save it again as UTF-8") from None
-
-
-def _unreadable_cause(data: bytes) -> str | None:
-    """Why a notebook's bytes are not a notebook, in words a student can act on."""
-    text = data.decode("utf-8", "replace").strip()
-    if not text:
-        return "the file is empty"
-    if text[0] not in "{[":
-        return "it is not JSON: it does not start with '{'"
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as exc:
-        if _cut_short(text):
-            return f"the JSON stops at character {len(text)} with brackets still open: truncated"
-        return f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-    return None
-
-
-def _cut_short(text: str) -> bool:
-    """Whether JSON text ends inside a string or with a bracket still open (and none closed
-    that was not opened): a file cut off while written or copied."""
-    open_brackets, in_string, escaped = [], False, False
-    for char in text:
-        if in_string:
-            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            open_brackets.append("}" if char == "{" else "]")
-        elif char in "}]":
-            if not open_brackets or open_brackets.pop() != char:
-                return False
-    return in_string or bool(open_brackets)
-
-
 def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
     try:
         import nbformat
@@ -182,12 +147,12 @@ def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
 
     data = path.read_bytes()
     try:
-        notebook = nbformat.reads(_notebook_text(path.name, data), as_version=4)
+        notebook = nbformat.reads(notebook_text(path.name, data), as_version=4)
     except NotASubmission:
         raise
     except Exception as exc:  # noqa: BLE001 - not JSON, not a notebook, unknown version
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        cause = _unreadable_cause(data) or first
+        cause = unreadable_cause(data) or first
         raise NotASubmission(f"{path.name} is not a readable notebook ({cause}); open it in "
                              "Jupyter and save it again, or hand in a .py file") from None
     module = _fresh_module(None)
@@ -230,6 +195,9 @@ def _load_notebook(path: Path, *, execute_all_cells: bool) -> LoadedSubmission:
             tree.body = kept
             if not kept:
                 continue
+        stubbed = _bind_platform_imports(tree, source, module)
+        if stubbed:
+            notes.append(platform_stubs.colab_note(f"cell {number}: ", stubbed))
         _remember_source(filename, source)
         exec(compile(tree, filename, "exec", dont_inherit=True), module.__dict__)
     if execute_all_cells:

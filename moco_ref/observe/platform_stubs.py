@@ -4,16 +4,20 @@ A Colab notebook imports ``google.colab`` (``drive.mount``, ``files.download``, 
 Jupyter one ``IPython.display`` or ``tqdm.notebook``. Nothing graded needs them, and the
 loader skips top-level calls anyway, so the import alone must not make a notebook ungradable:
 
-- ``google.colab`` and its submodules are stubs: importing works, and calling anything in them
-  raises ``PlatformOnly`` naming the call and why (so ``drive.mount`` inside ``train_moco``
-  fails with that reason, not with ``No module named 'google'``);
+- an unguarded top-level ``import google.colab`` / ``from google.colab import drive`` (not
+  inside a ``try``) is taken out of the code and its names bound to stubs
+  (``colab_bindings``): calling anything in them raises ``PlatformOnly`` naming the call and
+  why, so ``drive.mount`` inside ``train_moco`` fails with that reason, not with ``No module
+  named 'google'``. A guarded import (``try: import google.colab`` … ``except ImportError``,
+  the usual "am I on Colab?" test) is left alone: it still raises, and the notebook takes its
+  own not-on-Colab branch;
 - ``IPython.display``, when IPython is missing: ``display`` and ``clear_output`` do nothing and
   ``HTML``/``Markdown``/``Image`` hold their argument (showing output is not graded);
 - ``tqdm.notebook`` and ``tqdm.auto``, when ipywidgets is missing (the widget bar would raise
   at its first use): the plain text bar, which writes to the captured stderr.
 
 The finder is consulted after every real one (a real module always wins, except the widget
-bar without its widgets). ``used()`` says which stubs a submission imported, for its report.
+bar without its widgets). ``used_notes()`` says which stubs a submission imported.
 """
 
 from __future__ import annotations
@@ -25,8 +29,6 @@ import sys
 import types
 
 COLAB = "google.colab"
-COLAB_SUBMODULES = ("drive", "files", "output", "widgets", "auth", "data_table", "userdata",
-                    "patches")
 WHY = {
     COLAB: "Colab's own (Drive, uploads, Colab's output): the grader does not run on Colab",
     "IPython.display": "IPython's display (not installed where this is graded): it shows "
@@ -126,18 +128,13 @@ class PlatformStubFinder(importlib.abc.MetaPathFinder):
         build = self._builder(name)
         if build is None:
             return None
-        package = name in ("google", COLAB, "IPython")
+        package = name == "IPython"
         spec = importlib.machinery.ModuleSpec(name, _Loader(build), is_package=package)
         if package:
             spec.submodule_search_locations = []
         return spec
 
     def _builder(self, name: str):
-        if name == "google":
-            return self._colab_module
-        if name == COLAB or name.startswith(COLAB + "."):
-            self.used.add(COLAB)
-            return self._colab_module
         if name in ("IPython", "IPython.display") and _ipython_missing():
             self.used.add("IPython.display")
             return _display_module
@@ -145,12 +142,6 @@ class PlatformStubFinder(importlib.abc.MetaPathFinder):
             self.used.add("tqdm.notebook")
             return _plain_bar_module
         return None
-
-    @staticmethod
-    def _colab_module(name: str) -> types.ModuleType:
-        module = _ColabModule(name)
-        module.__path__ = []
-        return module
 
 
 _FINDER = PlatformStubFinder()
@@ -193,6 +184,45 @@ def install() -> PlatformStubFinder:
 
 def used_notes() -> list[str]:
     """One note per platform stub the submission imported."""
-    return [f"{name} is {WHY[name]}: stubbed" + (" (calling it raises)" if name == COLAB
-                                                 else "")
-            for name in sorted(_FINDER.used)]
+    return [f"{name} is {WHY[name]}: stubbed" for name in sorted(_FINDER.used)]
+
+
+def colab_bindings(node) -> dict[str, object] | None:
+    """For a top-level ``import google.colab[...]`` or ``from google.colab[...] import …``
+    where the real module is missing: the names it would bind, as stubs; else None."""
+    import ast
+
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+            node.module == COLAB or node.module.startswith(COLAB + ".")):
+        if not _absent(COLAB):
+            return None
+        return {alias.asname or alias.name: _Refusing(f"{node.module}.{alias.name}")
+                for alias in node.names if alias.name != "*"}
+    if isinstance(node, ast.Import) and any(alias.name == COLAB or alias.name.startswith(
+            COLAB + ".") for alias in node.names):
+        if not _absent(COLAB) or len(node.names) != 1:
+            return None
+        alias = node.names[0]
+        if alias.asname:
+            return {alias.asname: _colab_module(alias.name)}
+        google = _colab_module("google")
+        google.colab = _colab_module(COLAB)
+        return {"google": google}
+    return None
+
+
+def _colab_module(name: str) -> types.ModuleType:
+    module = _ColabModule(name)
+    module.__path__ = []
+    return module
+
+
+def colab_note(where: str, lines: list[str]) -> str:
+    shown = ", ".join(f"`{line}`" for line in lines)
+    return (f"{where}{shown}: google.colab is {WHY[COLAB]}: stubbed (calling it raises; the "
+            "import was not run)")
+
+
+# what a submission can see of a stub: google.colab's names, not the grader's
+for _stub in (_Refusing, _ColabModule):
+    _stub.__module__ = COLAB

@@ -35,14 +35,6 @@ def _colab_notebook(tmp_path, *cells: str) -> Path:
     return path
 
 
-@pytest.fixture(autouse=True)
-def _forget_stubbed_modules():
-    yield
-    for name in [n for n in sys.modules if n == "google" or n.startswith("google.colab")]:
-        if isinstance(sys.modules[name], platform_stubs._ColabModule):
-            del sys.modules[name]
-
-
 def test_a_colab_notebook_that_mounts_drive_is_gradable_and_says_so(tmp_path):
     loaded = load_submission(str(_colab_notebook(tmp_path, COLAB_CELL, SAVE_CELL)))
     assert callable(loaded.namespace["train_moco"]) and callable(loaded.namespace["moco_warmup"])
@@ -57,6 +49,21 @@ def test_colab_inside_train_moco_fails_naming_why(tmp_path):
     with pytest.raises(platform_stubs.PlatformOnly, match=r"google\.colab\.drive\.mount\(\) is "
                        "Colab's own.*outside train_moco"):
         loaded.namespace["mount_and_train"]()
+
+
+def test_the_usual_am_i_on_colab_test_still_says_no(tmp_path):
+    """A guarded import is left alone: it raises, and the notebook takes its own branch."""
+    guarded = ("try:\n    import google.colab\n    IN_COLAB = True\nexcept ImportError:\n"
+               "    IN_COLAB = False\n")
+    loaded = load_submission(str(_colab_notebook(tmp_path, guarded)))
+    assert loaded.namespace["IN_COLAB"] is False
+    assert "google" not in sys.modules or not hasattr(sys.modules["google"], "colab")
+
+
+def test_what_a_submission_sees_of_a_stub_names_colab_not_the_grader(tmp_path):
+    loaded = load_submission(str(_colab_notebook(tmp_path, COLAB_CELL)))
+    drive = loaded.namespace["drive"]
+    assert type(drive).__module__ == "google.colab" and "moco_ref" not in repr(drive)
 
 
 def test_a_real_module_always_wins_and_unknown_google_modules_stay_missing():
