@@ -23,6 +23,9 @@ from moco_ref.run.batch import SUMMARY_FORMAT
 from tests.helpers.grading_stubs.fixtures import BAD_FIFO_WARMUP, stubbed, write  # noqa: F401
 
 pytest_plugins = ["pytester"]
+
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
+
 PLUGIN = "moco_ref.cli.pytest_plugin"
 
 

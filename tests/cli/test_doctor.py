@@ -6,8 +6,12 @@ import json
 import os
 import re
 
+import pytest
+
 from moco_ref.cli import main
 from moco_ref.sandbox import bwrap, client
+
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
 
 KEYS = {"uid", "gid", "cwd", "CapEff", "CapBnd", "NoNewPrivs", "Seccomp", "processes visible",
         "network", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_CORE",

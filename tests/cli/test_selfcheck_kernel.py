@@ -18,6 +18,8 @@ from moco_ref.judge.rubric import rubric_from_mapping
 from moco_ref.report.student_view import NOT_YET
 from tests.helpers.conformance_support import ROOT, SUBMISSIONS
 
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
+
 CALL = "import moco_ref.selfcheck\nmoco_ref.selfcheck.run(globals())\n"
 
 

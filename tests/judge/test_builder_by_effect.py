@@ -17,6 +17,7 @@ from moco_ref.probe.builder import BATCH_SPLITS, BuilderProbe, default_builder_p
 from moco_ref.probe.options import GradeOptions, probe_key_of
 from tests.helpers.conformance_support import SUBMISSIONS, grade, load_namespace
 
+pytestmark = pytest.mark.full  # the second tier (grades in-process or starts the sandbox per case)
 
 def _result(namespace, check_id: str):
     results, _ = grade(namespace, "builder")

@@ -6,6 +6,7 @@ the second half). The variant graded is in the report."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -13,6 +14,8 @@ from moco_ref.judge.registry import all_checks
 from moco_ref.judge.results import Status
 from moco_ref.observe.builder_probe import cross_entropy_calls, returned_pairs
 from tests.helpers.conformance_support import SUBMISSIONS, explain, grade, load_namespace
+
+pytestmark = pytest.mark.full  # the second tier (grades in-process or starts the sandbox per case)
 
 BUILDER_IDS = {spec.check_id for spec in all_checks("builder")}
 ACROSS_RANKS = {"I3-keys-of-all-ranks", "I8-positive-across-ranks"}

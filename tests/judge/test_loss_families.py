@@ -12,6 +12,7 @@ from moco_ref.judge.invariants.loss import LossForm
 from moco_ref.judge.invariants.loss_diagnosis import diagnose_loss
 from tests.judge.test_conformance_invariants import _observed, _step
 
+pytestmark = pytest.mark.full  # the second tier (grades in-process or starts the sandbox per case)
 
 def _run(seed: int, queued: int = 4):
     return [_step(seed, first=True)] + [_step(seed + i) for i in range(1, queued)]

@@ -24,6 +24,8 @@ from tests.helpers.conformance_support import (
     round_trip,
 )
 
+pytestmark = pytest.mark.full  # the second tier (grades in-process or starts the sandbox per case)
+
 ACROSS_RANKS = ("I3-keys-of-all-ranks", "I8-positive-across-ranks")
 CORRECT_DDP = SUBMISSIONS / "builder_correct_symmetric_ddp.py"
 OFFICIAL = SUBMISSIONS / "builder_correct_official_style.py"

@@ -16,6 +16,8 @@ from moco_ref.run.gradebook import diff_grades
 from moco_ref.run.intake import find_targets, unpack_zip
 from tests.helpers.conformance_support import SUBMISSIONS
 
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
+
 CORRECT = (SUBMISSIONS / "correct_lab_order.py").read_text()
 NO_MASK = (SUBMISSIONS / "bug_no_mask.py").read_text()
 METADATA = """\

@@ -22,6 +22,8 @@ import pytest
 from moco_ref.sandbox import confined_view, landlock, seccomp
 from moco_ref.tools import default_container
 
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "submissions"
 

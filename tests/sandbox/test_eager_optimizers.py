@@ -8,6 +8,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
+
 SCRIPT = r"""
 import json, sys
 import torch

@@ -20,8 +20,9 @@ from moco_ref.run.cache import report_is_cacheable
 from moco_ref.run.pipeline import grade_submission, observe_sandboxed
 from moco_ref.sandbox import attempt, client, observation
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="schedstat, affinity and autogroups are Linux's")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                 reason="schedstat, affinity and autogroups are Linux's"),
+              pytest.mark.full]  # the second tier: starts the real sandbox per case
 
 HOGS = 6  # busy processes, each a session (a scheduling group) of its own, on the job's CPU
 BUSY = "def moco_warmup():\n    while True:\n        pass\n"

@@ -34,6 +34,8 @@ from moco_ref.sandbox import client
 from tests.helpers.grading_stubs.leftovers import wait_for_no_leftovers
 from tests.helpers.shared_result import computed_once
 
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
+
 MANIFEST = find_manifest().parents[1] / "adversarial" / "manifest.json"
 EXAMPLES = load_manifest(MANIFEST)
 BY_NAME = {example.path.name: example for example in EXAMPLES}

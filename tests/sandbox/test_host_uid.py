@@ -19,6 +19,8 @@ from moco_ref.probe.options import GradeOptions
 from moco_ref.sandbox import bwrap, client, procs, zygote
 from moco_ref.sandbox.attempt import Attempt, run_attempt
 
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
+
 DEVICES = ("/dev/null", "/dev/full", "/dev/zero", "/dev/urandom")
 
 

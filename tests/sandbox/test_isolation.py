@@ -13,6 +13,8 @@ import pytest
 from moco_ref.cli import main
 from moco_ref.sandbox import bwrap, client
 
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
+
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "submissions",
                        "correct_lab_order.py")
 NO_USERNS = ("bwrap: No permissions to create a new namespace, likely because the kernel "

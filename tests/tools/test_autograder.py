@@ -35,6 +35,8 @@ from moco_ref.tools.autograder import (
 )
 from moco_ref.tools.run_needs import RUN_NEEDS
 
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "submissions"
 CUSTOM_RUBRIC = """\
 total = 50

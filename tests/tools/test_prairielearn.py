@@ -23,6 +23,8 @@ from moco_ref.tools.autograder import CONFIG_NAME
 from moco_ref.tools.prairielearn import ENTRYPOINT, PL_MAX_TIMEOUT
 from moco_ref.tools.run_needs import RUN_NEEDS
 
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "submissions"
 WHEEL = f"moco_ref-{__version__}-py3-none-any.whl"
 

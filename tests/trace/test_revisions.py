@@ -16,6 +16,8 @@ from moco_ref.tools import refactor_guard
 from moco_ref.trace.script import PartPaths, record_script
 from moco_ref.trace.trajectory import trajectory_of
 
+pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "training"
 PATHS = PartPaths(query=["encoder_q"], key=["encoder_k"], queue="queue", pointer="queue_ptr",
                   views="forward", temperature=0.2, momentum=0.99)
