@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from moco_ref.cli.options import EXIT_BELOW, EXIT_OK, rubric_of, usage_error
-from moco_ref.cli.tables import print_table
 from moco_ref.probe.options import GradeOptions, probe_key_of
 from moco_ref.run.cache import course_probe_secret
 
@@ -92,28 +91,63 @@ def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
     if args.json:
         print(dumps_strict(json.loads((out / f"{stem}.json").read_text(encoding="utf-8"))))
     else:
-        _print_batch_table(result)
+        for line in batch_summary_lines(result):
+            print(line)
         graded = sum(not outcome.cached for outcome in result.outcomes)
-        print(f"{len(reports)} submission(s) ({graded} graded, {len(reports) - graded} from the "
-              f"cache) in {result.wall_seconds:.1f} s; reports and {stem}.csv/{stem}.json in "
-              f"{out}/" + (f"; shard {args.shard} left out {result.skipped_by_shard}"
-                           if shard else ""))
+        import textwrap
+
+        from moco_ref.report.formats import report_width
+
+        print(textwrap.fill(
+            f"{len(reports)} submission(s) ({graded} graded, {len(reports) - graded} from the "
+            f"cache) in {result.wall_seconds:.1f} s; grades in {out}/grades.csv, each "
+            f"student's report and {stem}.csv/{stem}.json in {out}/"
+            + (f"; shard {args.shard} left out {result.skipped_by_shard}" if shard else ""),
+            report_width(), subsequent_indent="  ", break_long_words=False,
+            break_on_hyphens=False))
         names = [shown_name(student_label(outcome.target)) for outcome in result.outcomes]
         print_verdict_line([name for name, ok in zip(names, passed, strict=True) if not ok],
                            len(reports), minimum)
     return EXIT_OK if all(passed) else EXIT_BELOW
 
 
-def _print_batch_table(result) -> None:
-    from moco_ref.report.scoring import points_str
-    from moco_ref.report.text import shown_name
-    from moco_ref.run.batch import summary_rows
+HISTOGRAM_BINS = ((100, 100, "100"), (90, 99.99, "90–99"), (75, 89.99, "75–89"),
+                  (50, 74.99, "50–74"), (0, 49.99, "0–49"))
+MOST_FAMILIES = 5
 
-    rows = summary_rows(result.outcomes)
-    cells = [(shown_name(row["who"]),
-              f"{points_str(row['score'])}/{points_str(row['max_score'])}" if row["gradable"]
-              else "not gradable",
-              ", ".join(row["failed_checks"]) or "–",
-              "cached" if row["cached"] else f"{row['wall_seconds']:.1f} s") for row in rows]
-    print_table("moco-ref grade: summary", ("student", "score", "failed checks", "time"),
-                cells, no_wrap=("score", "time"))
+
+def batch_summary_lines(result, width: int | None = None) -> list[str]:
+    """A class's grading in at most a screen: the counts by status, the scores as a
+    histogram (percent of the maximum), the families failed most often; each student's
+    detail is in the files, not here."""
+    from collections import Counter
+
+    from moco_ref.report.formats import report_width
+    from moco_ref.report.scoring import failed_families, has_full_marks
+
+    width = width or report_width()
+    reports = [outcome.report for outcome in result.outcomes]
+    refused = sum(1 for outcome in result.outcomes if getattr(outcome.target, "refused", ""))
+    gradable = [r for r in reports if r.gradable]
+    full = sum(has_full_marks(r) for r in gradable)
+    counts = [f"{full} full marks", f"{len(gradable) - full} below",
+              f"{len(reports) - len(gradable)} not gradable"]
+    if refused:
+        counts.append(f"of those {refused} refused before running")
+    lines = [f"{len(reports)} submission(s): " + ", ".join(counts)]
+    if gradable:
+        percents = [100.0 * r.score / r.max_score if r.max_score else 0.0 for r in gradable]
+        most = max(1, max(sum(low <= p <= high for p in percents)
+                          for low, high, _ in HISTOGRAM_BINS))
+        bar_room = max(5, width - 20)
+        lines.append("scores (% of the maximum):")
+        for low, high, label in HISTOGRAM_BINS:
+            count = sum(low <= p <= high for p in percents)
+            bar = "█" * (round(bar_room * count / most) if count else 0)
+            lines.append(f"  {label:>6}  {bar}{' ' if bar else ''}{count}")
+    families = Counter(family for r in gradable for family in failed_families(r))
+    if families:
+        shown = ", ".join(f"{family} ({count})" for family, count in families.most_common(
+            MOST_FAMILIES))
+        lines.append(f"failed most often: {shown}")
+    return lines

@@ -237,3 +237,32 @@ def test_a_class_is_graded_with_its_own_probe_kept_beside_its_cache(folder, tmp_
     another.write_text("another course\n")
     main(["grade", str(folder), "--out", str(out), "--probe-secret", str(another)])
     assert "(3 graded, 0 from the cache)" in capsys.readouterr().out
+
+
+def test_a_class_summary_fits_a_screen_whatever_its_size():
+    """Batch grading's terminal: counts by status, a score histogram, the families failed
+    most often — the same few lines for 3 students or 300, none wider than 80 columns, and
+    no student named (their detail is in the files)."""
+    from moco_ref.cli.grade_batch import batch_summary_lines
+    from moco_ref.judge.results import CheckResult, Status, SubmissionReport
+    from moco_ref.run.batch import BatchResult, Outcome
+    from moco_ref.run.targets import Target
+
+    def student(n: int) -> Outcome:
+        failed = n % 3 == 0
+        results = [CheckResult("I4-same-source-masked", "mask", "I4", 10.0,
+                               Status.FAILED if failed else Status.PASSED, "x"),
+                   CheckResult("I3-fifo-keeps-newest", "fifo", "I3", 90.0, Status.PASSED)]
+        report = SubmissionReport(f"student_{n}.py", "lab", n % 10 != 7, results)
+        return Outcome(Target(f"student_{n}.py", f"student_{n}.py"), report)
+
+    for size in (3, 300):
+        lines = batch_summary_lines(BatchResult(outcomes=[student(n) for n in range(size)]),
+                                    width=80)
+        assert len(lines) <= 10 and all(len(line) <= 80 for line in lines), lines
+        assert not any("student_" in line for line in lines)
+    text = "\n".join(lines)
+    assert text.startswith("300 submission(s): ")
+    below = sum(1 for n in range(300) if n % 10 != 7 and n % 3 == 0)
+    assert f"{below} below" in text and "30 not gradable" in text
+    assert f"failed most often: I4 ({below})" in text

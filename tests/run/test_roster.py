@@ -230,13 +230,13 @@ def test_names_not_folders_in_the_class_report_and_the_feedback_files(gradescope
 
 def test_the_batch_table_and_diff_grades_name_the_students(gradescope_graded, tmp_path,
                                                             capsys):
-    from moco_ref.cli.grade_batch import _print_batch_table
-    from moco_ref.run.batch import BatchResult, Outcome, refused_report
-    from moco_ref.run.targets import Student, Target
+    from moco_ref.cli.tables import print_verdict_line
+    from moco_ref.report.scoring import MinScore
+    from moco_ref.run.targets import Student, Target, student_label
 
     target = Target("x", "submission_9/moco.py", refused="x: not gradable: a link",
                     students=(Student("7", "Ada Lovelace"),))
-    _print_batch_table(BatchResult(outcomes=[Outcome(target, refused_report(target))]))
+    print_verdict_line([student_label(target)], 1, MinScore())  # who is below, by name
     table = capsys.readouterr().out
     assert "Ada Lovelace (7)" in table and "submission_9" not in table
 
