@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import stat
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from moco_ref import __version__
 from moco_ref.judge.registry import FAMILIES
 from moco_ref.judge.results import SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_FAMILY_WEIGHTS, DEFAULT_RUBRIC, Rubric, load_rubric
-from moco_ref.probe.options import STYLES, GradeOptions
+from moco_ref.probe.options import STYLES, GradeOptions, probe_key_of
 from moco_ref.tools.run_needs import RUN_NEEDS
 
 ROOT_VARIABLE = "MOCO_REF_AUTOGRADER_ROOT"
@@ -49,6 +50,7 @@ CONFIG_NAME = "moco-ref-autograder.json"
 RUBRIC_NAME = "rubric.toml"
 WHEELS = "wheels"
 REQUIRED_MEMBERS = ("setup.sh", "run_autograder")
+SECRET_NAME = "moco-ref-course-secret"  # beside the rubric; made at build time
 EXECUTABLE = 0o755
 _SKIPPED_DIRS = {"__pycache__", "__MACOSX", ".git", ".ipynb_checkpoints", "node_modules"}
 _SKIPPED_FILES = {"setup.py", "conftest.py"}
@@ -261,6 +263,7 @@ def build_autograder(out, *, rubric_path=None, style: str | None = None,
                 archive.writestr(info, text)
             archive.writestr(RUBRIC_NAME, rubric_text)
             archive.writestr(CONFIG_NAME, json.dumps(config, indent=2) + "\n")
+            archive.writestr(SECRET_NAME, new_course_secret())
             archive.write(wheel_path, wheel_member)
             members = archive.namelist()
         os.replace(partial, out)
@@ -311,12 +314,24 @@ def autograder_root(root=None) -> Path:
     return Path(root or os.environ.get(ROOT_VARIABLE) or DEFAULT_ROOT).absolute()
 
 
+def new_course_secret() -> str:
+    """A course secret made when the autograder is built: the probe's sizes, ids and seed are
+    drawn from it (``GradeOptions.probe_key``), so the platform's runs are not the README's
+    documented default probe. It lives beside the rubric (Gradescope's ``source``,
+    PrairieLearn's ``tests``), which no job can read; the grader reads it, never argv."""
+    return secrets.token_hex(32) + "\n"
+
+
 def read_config_in(folder: Path) -> tuple[dict, Rubric]:
-    """The bundled config (``moco-ref-autograder.json``) and rubric in ``folder`` (the
-    default rubric when none is there); ``RubricError`` when the rubric is unusable."""
+    """The bundled config (``moco-ref-autograder.json``), rubric and course secret in
+    ``folder`` (the default rubric when none is there, the documented default probe when no
+    secret is); ``RubricError`` when the rubric is unusable."""
     config: dict = {}
     if (folder / CONFIG_NAME).is_file():
         config = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+    secret_file = folder / SECRET_NAME
+    if secret_file.is_file() and secret_file.read_text(encoding="utf-8").strip():
+        config["probe_key"] = probe_key_of(secret_file.read_text(encoding="utf-8").strip())
     rubric_file = folder / config.get("rubric", RUBRIC_NAME)
     rubric = load_rubric(rubric_file) if rubric_file.is_file() else DEFAULT_RUBRIC
     return config, rubric
@@ -377,7 +392,7 @@ def grade_folder(folder: Path, config: dict, rubric: Rubric, *,
 
     options = GradeOptions(style=style, timeout=float(config.get("timeout")
                                                       or GradeOptions.timeout),
-                           rubric=rubric.to_pairs())
+                           rubric=rubric.to_pairs(), probe_key=str(config.get("probe_key", "")))
     # one submission per run: the warm process is stopped before judging (issue 27: memory)
     report = grade_submission(str(target.absolute()), options, isolation=isolation,
                               single_run=True)

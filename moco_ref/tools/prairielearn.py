@@ -40,6 +40,7 @@ from moco_ref.probe.options import GradeOptions
 from moco_ref.tools.autograder import (
     CONFIG_NAME,
     RUBRIC_NAME,
+    SECRET_NAME,
     AutograderError,
     RunResult,
     bundled_wheel,
@@ -47,6 +48,7 @@ from moco_ref.tools.autograder import (
     course_rubric,
     grade_folder,
     grader_failure_report,
+    new_course_secret,
     read_config_in,
     torch_requirement,
     write_results,
@@ -230,8 +232,12 @@ def build_prairielearn(outdir, *, rubric_path=None, style: str | None = None,
     for path, text in texts.items():
         path.write_text(text, encoding="utf-8")
     (tests / ENTRYPOINT_NAME).chmod(_EXECUTABLE)
+    secret = tests / SECRET_NAME  # kept across rebuilds: the course's probe stays its own
+    if not secret.is_file() or not secret.read_text(encoding="utf-8").strip():
+        secret.write_text(new_course_secret(), encoding="utf-8")
+    secret.chmod(0o600)
     files = sorted([p.relative_to(outdir).as_posix() for p in texts]
-                   + [f"image/{wheel_path.name}"])
+                   + [f"image/{wheel_path.name}", secret.relative_to(outdir).as_posix()])
     return PLBuild(outdir, files, rubric, info, config)
 
 

@@ -28,6 +28,7 @@ from moco_ref.report.lms import (
 )
 from moco_ref.tools.autograder import (
     CONFIG_NAME,
+    SECRET_NAME,
     NoSubmission,
     find_submission,
     grade_in_autograder,
@@ -91,7 +92,13 @@ def _tried(built, capsys, zip_name: str, submission, keep: Path) -> tuple[int, d
 def test_the_zip_holds_the_scripts_the_rubric_and_this_version(built):
     members = _members(built["default"])
     wheel = f"wheels/moco_ref-{__version__}-py3-none-any.whl"
-    assert set(members) == {"setup.sh", "run_autograder", "rubric.toml", CONFIG_NAME, wheel}
+    assert set(members) == {"setup.sh", "run_autograder", "rubric.toml", CONFIG_NAME, wheel,
+                            SECRET_NAME}
+    # a course secret made at build time: 64 hex digits, a new one per build
+    secret = _read(built["default"], SECRET_NAME).strip()
+    assert len(secret) == 64 and int(secret, 16) >= 0
+    assert secret != _read(built["custom"], SECRET_NAME).strip()
+    assert secret not in _read(built["default"], "run_autograder")  # never on a command line
     for script in ("setup.sh", "run_autograder"):
         assert (members[script].external_attr >> 16) & stat.S_IXUSR
         assert _read(built["default"], script).startswith("#!/usr/bin/env bash\n")

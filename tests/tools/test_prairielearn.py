@@ -19,7 +19,7 @@ from moco_ref.cli.main import main
 from moco_ref.judge.rubric import DEFAULT_RUBRIC, load_rubric
 from moco_ref.probe.options import GradeOptions
 from moco_ref.report.lms import prairielearn_problems, prairielearn_schema
-from moco_ref.tools.autograder import CONFIG_NAME
+from moco_ref.tools.autograder import CONFIG_NAME, SECRET_NAME
 from moco_ref.tools.prairielearn import ENTRYPOINT, PL_MAX_TIMEOUT
 from moco_ref.tools.run_needs import RUN_NEEDS
 
@@ -105,6 +105,7 @@ def test_a_rebuild_keeps_the_question_and_states_what_a_run_needs(package, tmp_p
     first = ["prairielearn", "build", str(outdir), "--wheel", str(package / "image" / WHEEL)]
     assert main(first) == 0
     uuid = json.loads((outdir / "question" / "info.json").read_text())["uuid"]
+    made = (outdir / "question" / "tests" / SECRET_NAME).read_text()
     capsys.readouterr()
     assert main([*first, "--rubric", str(rubric), "--timeout", "120", "--style", "lab",
                  "--file-name", "lab.py"]) == 0
@@ -113,6 +114,9 @@ def test_a_rebuild_keeps_the_question_and_states_what_a_run_needs(package, tmp_p
     info = json.loads((outdir / "question" / "info.json").read_text())
     assert info["uuid"] == uuid and info["externalGradingOptions"]["timeout"] > 120
     assert (outdir / "question" / "tests" / "rubric.toml").read_text() == "total = 40\n"
+    secret = outdir / "question" / "tests" / SECRET_NAME  # made once, kept by the rebuild
+    assert len(secret.read_text().strip()) == 64 and secret.stat().st_mode & 0o077 == 0
+    assert secret.read_text() == made
     config = json.loads((outdir / "question" / "tests" / CONFIG_NAME).read_text())
     assert (config["style"], config["timeout"]) == ("lab", 120)
     assert sorted(p.name for p in (outdir / "image").glob("*.whl")) == [WHEEL]
