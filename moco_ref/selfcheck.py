@@ -211,7 +211,7 @@ def student_view(report: SubmissionReport, rubric) -> SelfCheckReport:
     counted = len(view.later) + len(view.hidden)
     data = {f.name: getattr(report, f.name) for f in fields(SubmissionReport)}
     data.update(results=view.shown + applies_not, notes=list(report.notes), withheld=counted,
-                inferred=view.inferred)
+                inferred=view.inferred, staff_notes=[])  # the staff's notes: never here
     if counted:
         data["notes"].append(f"{counted} check(s) of the course are not shown yet; the score "
                              "here counts the checks shown")

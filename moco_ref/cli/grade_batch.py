@@ -145,6 +145,10 @@ def batch_summary_lines(result, width: int | None = None) -> list[str]:
             count = sum(low <= p <= high for p in percents)
             bar = "█" * (round(bar_room * count / most) if count else 0)
             lines.append(f"  {label:>6}  {bar}{' ' if bar else ''}{count}")
+    inspecting = sum(1 for r in reports if r.staff_notes)
+    if inspecting:
+        lines.append(f"staff: {inspecting} submission(s) hold code that inspects the grader's "
+                     "world (their reports' staff_notes name the lines)")
     families = Counter(family for r in gradable for family in failed_families(r))
     if families:
         shown = ", ".join(f"{family} ({count})" for family, count in families.most_common(

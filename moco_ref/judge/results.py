@@ -62,6 +62,9 @@ class SubmissionReport:
     # the grader's own failure while grading it (an internal error, its warm process died):
     # such a report is never cached and never stands as the student's grade
     grader_trouble: str = ""
+    # for the course staff only, never rendered for the student: code that inspects the
+    # grader's world (``judge.inspection``), each note naming its line
+    staff_notes: list[str] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -90,6 +93,7 @@ class SubmissionReport:
             "wall_seconds": self.wall_seconds,
             "isolation": self.isolation,
             "grader_trouble": self.grader_trouble,
+            "staff_notes": self.staff_notes,
             "results": [r.to_dict() for r in self.results],
         }
 
@@ -105,6 +109,7 @@ class SubmissionReport:
             stderr=data.get("stderr", ""), wall_seconds=float(data.get("wall_seconds", 0.0)),
             isolation=str(data.get("isolation", "")),
             grader_trouble=str(data.get("grader_trouble", "")),
+            staff_notes=[str(note) for note in data.get("staff_notes") or []][:20],
         )
 
 

@@ -72,6 +72,7 @@ def header_lines(report: SubmissionReport) -> list[str]:
     if report.inferred:
         lines.append(f"inferred: {shown_name(inferred_text(report.inferred), cap=2_000)}")
     lines += [f"note: {shown_name(note, cap=2_000)}" for note in report.notes]
+    lines += [f"staff: {shown_name(note, cap=2_000)}" for note in report.staff_notes]
     return lines
 
 

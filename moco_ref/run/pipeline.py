@@ -24,6 +24,7 @@ from pathlib import Path
 # Everything validating and judging needs is imported here, before any submission runs:
 # nothing a submission does to files afterwards can change the grader's code.
 from moco_ref.judge import checks as _checks  # noqa: F401
+from moco_ref.judge.inspection import inspection_notes
 from moco_ref.judge.judge import OUT_OF_TIME, judge
 from moco_ref.judge.record import GraderOutOfTime
 from moco_ref.judge.results import SubmissionReport
@@ -91,6 +92,7 @@ def grade_submission(target: str, options: GradeOptions | None = None, *,
         report = _report(target, options, run)
         if style_note:
             report.notes.insert(0, style_note)
+        report.staff_notes = inspection_notes(target)
     except Exception as exc:  # noqa: BLE001 - e.g. the zygote could not be started
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         report = SubmissionReport(
