@@ -204,9 +204,9 @@ def student_view(report: SubmissionReport, rubric) -> SelfCheckReport:
     """``report`` as the student sees it now (``report.student_view.StudentView``): only the
     checks the rubric shows now, each without the conclusions of the others; the score is
     over the checks shown."""
-    from moco_ref.report.student_view import StudentView
+    from moco_ref.report.student_view import PAGE, StudentView
 
-    view = StudentView(report, rubric, "page")
+    view = StudentView(report, rubric, PAGE)
     applies_not = [r for r in report.results if r.check_id in view.not_applicable]
     counted = len(view.later) + len(view.hidden)
     data = {f.name: getattr(report, f.name) for f in fields(SubmissionReport)}

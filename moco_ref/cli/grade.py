@@ -25,6 +25,8 @@ from moco_ref.cli.options import (
     rubric_of,
     usage_error,
 )
+from moco_ref.cli.outputs import add_output_flags, file_problem, requests_of, write_requested
+from moco_ref.platforms import writers
 from moco_ref.probe.options import probe_key_of
 
 PROBE_SECRET_VARIABLE = "MOCO_REF_PROBE_SECRET"
@@ -46,32 +48,10 @@ def add_parser(subparsers) -> None:
     output.add_argument("--json", action="store_true", help="print JSON to stdout, no table")
     output.add_argument("--brief", action="store_true",
                         help="the summary table alone (one line per check), no details")
-    output.add_argument(
-        "--junit", metavar="FILE", nargs="?", const="",
-        help="also write JUnit XML: to FILE (all submissions), or without FILE one file per "
-        "submission in --out",
-    )
-    output.add_argument(
-        "--prairielearn", metavar="FILE",
-        help="also write PrairieLearn external-grader results to FILE (one submission)",
-    )
-    output.add_argument(
-        "--gradescope", metavar="FILE", nargs="?", const="",
-        help="also write Gradescope results.json: to FILE (one submission), or without FILE "
-        "one file per submission in --out",
-    )
-    output.add_argument(
-        "--feedback", choices=("html", "md"),
-        help="also write a feedback page per student (score, each family's verdict and "
-        "evidence, figures; student-safe, self-contained): in batch grading "
-        "<name>.feedback.html/.md beside each report in --out, otherwise "
-        "<submission stem>.feedback.html/.md in the current folder (or --feedback-out)",
-    )
-    output.add_argument("--feedback-out", metavar="FILE",
-                        help="where the one submission's --feedback page goes")
+    add_output_flags(output, writers())
     output.add_argument("--release-feedback", action="store_true",
                         help="the course has released what its rubric shows after the due "
-                        "date or after publishing: the --feedback pages and --prairielearn "
+                        "date or after publishing: the feedback pages and the PrairieLearn "
                         "results show those checks and the total (hidden checks stay out; "
                         "Gradescope releases on its own)")
     batch = parser.add_argument_group(
@@ -176,9 +156,10 @@ def run_grade(args: argparse.Namespace) -> int:
     warm_up(args.isolation)
     from moco_ref.judge.registry import unknown_selectors
     from moco_ref.judge.rubric import RubricError
-    from moco_ref.report.formats import print_reports, to_json, write_junit
-    from moco_ref.report.lms import write_gradescope
+    from moco_ref.report.formats import print_reports, to_json
     from moco_ref.report.scoring import meets
+    from moco_ref.report.text import shown_name
+    from moco_ref.report.writers import Writing
     from moco_ref.run.pipeline import grade_many
     from moco_ref.run.targets import TargetError, expand_targets
 
@@ -205,23 +186,19 @@ def run_grade(args: argparse.Namespace) -> int:
     refusal = isolation_refusal(args.isolation)
     if refusal:
         return usage_error(refusal)
+    try:
+        requests = requests_of(args, writers())
+    except ValueError as exc:
+        return usage_error(str(exc))
     if is_batch(args):
-        return run_batch(args, options, minimum)
+        return run_batch(args, options, minimum, requests)
     try:
         targets = expand_targets(args.paths)
     except TargetError as exc:
         return usage_error(str(exc))
-    if args.gradescope is not None and len(targets) != 1:
-        return usage_error(f"--gradescope writes one submission's results; got {len(targets)}")
-    if args.prairielearn and len(targets) != 1:
-        return usage_error(f"--prairielearn writes one submission's results; got "
-                            f"{len(targets)}")
-    if args.feedback_out and (len(targets) != 1 or not args.feedback):
-        return usage_error("--feedback-out names the page of one submission graded with "
-                            "--feedback html|md")
-    if args.gradescope == "" or args.junit == "":
-        return usage_error("--gradescope/--junit without FILE write one file per submission "
-                            "into --out (batch grading): give a FILE or --out DIR")
+    problem = file_problem(requests, len(targets), batch=False)
+    if problem:
+        return usage_error(problem)
 
     progress = None if args.json or len(targets) == 1 else _progress_printer(len(targets))
     reports = grade_many(targets, options, jobs=args.jobs, on_report=progress,
@@ -232,31 +209,10 @@ def run_grade(args: argparse.Namespace) -> int:
     else:
         print_reports(reports, options, brief=args.brief)
         _print_summary(reports, passed, minimum)
-    if args.junit:
-        write_junit(reports, args.junit, options)
-    if args.gradescope:
-        write_gradescope(reports[0], args.gradescope, options, rubric)
-    if args.prairielearn:
-        from moco_ref.report.lms import write_prairielearn
-
-        write_prairielearn(reports[0], args.prairielearn, rubric)
-    if args.feedback:
-        _write_feedback_pages(args, reports, rubric, quiet=args.json)
+    for what, path in write_requested(requests, reports, Writing(options, rubric)):
+        if not args.json:
+            print(f"{shown_name(what)} written to {shown_name(path, cap=4096)}")
     return EXIT_OK if all(passed) else EXIT_BELOW
-
-
-def _write_feedback_pages(args: argparse.Namespace, reports, rubric, *, quiet: bool) -> None:
-    """One page per submission: --feedback-out, else <stem>.feedback.<kind> here."""
-    from moco_ref.report.feedback import feedback_name, write_feedback
-    from moco_ref.report.text import shown_name
-
-    for report in reports:
-        path = Path(args.feedback_out) if args.feedback_out else Path(
-            feedback_name(report, args.feedback))
-        write_feedback(report, path, args.feedback, rubric)
-        if not quiet:
-            print(f"feedback for {shown_name(Path(report.submission).name)} written to "
-                  f"{shown_name(path, cap=4096)}")
 
 
 def _progress_printer(total: int):

@@ -42,11 +42,12 @@ def run_merge(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
+def run_batch(args: argparse.Namespace, options: GradeOptions, minimum, requests=()) -> int:
+    from moco_ref.cli.outputs import file_problem, write_requested
     from moco_ref.cli.tables import print_verdict_line
-    from moco_ref.report.formats import write_junit
     from moco_ref.report.scoring import meets
     from moco_ref.report.text import dumps_strict, shown_name
+    from moco_ref.report.writers import Writing
     from moco_ref.run.batch import grade_folder, summary_stem
     from moco_ref.run.output import DEFAULT_OUT
     from moco_ref.run.progress import Progress
@@ -56,14 +57,9 @@ def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
         shard = parse_shard(args.shard) if args.shard else None
     except ValueError as exc:
         return usage_error(str(exc))
-    if args.prairielearn:
-        return usage_error("--prairielearn writes one submission's results: grade one file")
-    if args.gradescope:
-        return usage_error("in batch grading --gradescope takes no FILE: one results file per "
-                            "submission goes into --out")
-    if args.feedback_out:
-        return usage_error("in batch grading the --feedback pages go into --out beside the "
-                            "reports: give no --feedback-out")
+    problem = file_problem(requests, 0, batch=True)
+    if problem:
+        return usage_error(problem)
     out = Path(args.out or DEFAULT_OUT)
     if not options.probe_key:  # the course's own probe, kept beside its cache
         options = replace(options, probe_key=probe_key_of(course_probe_secret(out)))
@@ -74,18 +70,18 @@ def run_batch(args: argparse.Namespace, options: GradeOptions, minimum) -> int:
     try:
         result = grade_folder(
             args.paths, options, out=out, jobs=args.jobs, shard=shard, force=args.force,
-            gradescope=args.gradescope is not None, junit=args.junit == "",
+            writers=[request.writer for request in requests if request.path is None],
             on_start=progress.start, on_done=progress.advance,
             per_folder=args.per_student_folders, only=tuple(args.only), rubric=rubric,
-            feedback=args.feedback, isolation=args.isolation,
+            isolation=args.isolation,
         )
     except TargetError as exc:
         return usage_error(str(exc))
     finally:
         progress.stop()
     reports = [outcome.report for outcome in result.outcomes]
-    if args.junit:
-        write_junit(reports, args.junit, options)
+    write_requested([request for request in requests if request.path is not None], reports,
+                    Writing(options, rubric))
     passed = [meets(report, minimum) for report in reports]
     stem = summary_stem(shard)
     if args.json:

@@ -3,19 +3,7 @@ early, and the one line that says why grading is refused when no sandbox can sta
 
 from __future__ import annotations
 
-ISOLATION_HELP = (
-    "sandbox (default): the strongest rung that starts here, bwrap else confined; grading is "
-    "refused only where neither can run. bwrap: a bubblewrap sandbox (namespaces of its own, "
-    "uid 65534 without capabilities, seccomp, nothing to read but its own files). confined: "
-    "no namespaces (a default Docker container): an unprivileged uid per job, Landlock, "
-    "seccomp, rlimits. processes: FOR TRUSTED CODE ONLY (the submission runs as you, with "
-    "your files)")
-
-
-def add_isolation_flag(group, *, help_text: str = ISOLATION_HELP) -> None:
-    from moco_ref.sandbox.client import ISOLATION_MODES
-
-    group.add_argument("--isolation", choices=ISOLATION_MODES, default=None, help=help_text)
+from moco_ref.run.command_line import ISOLATION_HELP, add_isolation_flag  # noqa: F401
 
 
 def warm_up(isolation: str | None = None) -> None:

@@ -15,13 +15,12 @@ from moco_ref.cli import doctor as doctor_cli
 from moco_ref.cli import export as export_cli
 from moco_ref.cli import golden as golden_cli
 from moco_ref.cli import grade as grading_cli
-from moco_ref.cli import gradescope as gradescope_cli
-from moco_ref.cli import prairielearn as prairielearn_cli
 from moco_ref.cli import refactor as refactor_cli
 from moco_ref.cli import rubric as rubric_cli
 from moco_ref.cli import sensitivity as sensitivity_cli
 from moco_ref.cli import trace as trace_cli
 from moco_ref.cli import train as training_cli
+from moco_ref.platforms import platforms
 
 
 def _add_walk(subparsers) -> None:
@@ -64,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     training_cli.add_parser(subparsers)
     sensitivity_cli.add_parser(subparsers)
     rubric_cli.add_parser(subparsers)
-    gradescope_cli.add_parser(subparsers)  # gradescope build, test, run
-    prairielearn_cli.add_parser(subparsers)  # prairielearn build, test, run
+    for platform in platforms().values():  # NAME build, test, run
+        platform.add_commands(subparsers)
     diff_grades_cli.add_parser(subparsers)
     class_report_cli.add_parser(subparsers)
     export_cli.add_parser(subparsers)

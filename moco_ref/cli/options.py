@@ -1,25 +1,14 @@
 """The grading options as flags, generated from the one table (``moco_ref.probe.options
 .OPTIONS``): argparse groups for ``grade`` and ``demo``, the ``sensitivity`` command's subset
-and the pytest plugin's ``--moco-*`` options; and the one place usage errors and exit codes
-are defined for every command."""
+and the pytest plugin's ``--moco-*`` options. The exit codes and the usage error line are
+``moco_ref.run.command_line``'s, named here too for the commands."""
 
 from __future__ import annotations
 
-import sys
-
 from moco_ref.probe.options import OPTIONS, GradeOptions, OptionSpec, grade_options, options_problem
+from moco_ref.run.command_line import EXIT_BELOW, EXIT_OK, EXIT_USAGE, usage_error  # noqa: F401
 
-EXIT_OK, EXIT_BELOW, EXIT_USAGE = 0, 1, 2
 PLUGIN_PREFIX = "moco_"  # pytest's option namespace is shared: its dests are prefixed
-
-
-def usage_error(message: str) -> int:
-    """One clear line on stderr, and the usage exit code (the message may name a student's
-    file: it is shown as ``text.shown_name`` shows names)."""
-    from moco_ref.report.text import shown_name
-
-    print(f"moco-ref: error: {shown_name(message, cap=4096)}", file=sys.stderr)
-    return EXIT_USAGE
 
 
 def _argument_kwargs(spec: OptionSpec, *, default_none: bool = False, prefix: str = "") -> dict:

@@ -1,5 +1,5 @@
 """A loss diagnosis as data, and its text: which steps computed which loss, each departure
-from the reference named with the check whose conclusion it is (``invariants.loss.owner_of``).
+from the reference named with the check whose conclusion it is (``owner_of``).
 
 The judge stores a story beside a message that tells it (``details["loss_story"]``), so a
 student view can tell the same story without the departures of a check the student is not
@@ -11,6 +11,33 @@ from __future__ import annotations
 
 REFERENCE_TEXT = "the reference loss"
 UNEXPLAINED_TEXT = "no known form"
+
+# The check that judges each choice of the loss: the conclusion a step's form carries is that
+# check's (a form's text shown to a student is shown only with its check). Every other choice
+# is I8-loss-matches-recomputation's.
+FACTOR_OWNERS: dict[str, str] = {
+    "temperature": "I8-temperature-divides-logits",
+    "warmup_temperature": "I8-temperature-divides-logits",
+    "queue_t": "I8-temperature-divides-logits",
+    "warmup_t": "I8-temperature-divides-logits",
+    "positive_t": "I8-temperature-divides-logits",
+    "normalize": "I8-embeddings-normalized",
+    "mask": "I4-same-source-masked",
+    "empty_queue": "I8-empty-queue-in-batch",
+    "branch": "I8-empty-queue-in-batch",
+}
+VALUE_OWNERS: dict[tuple[str, object], str] = {
+    ("mask", "positive-too"): "I4-positive-never-masked",
+    ("negatives", "after"): "I9-batch-not-own-negative",
+    ("negatives", "with-current"): "I9-batch-not-own-negative",
+    ("negatives", "recomputed"): "I2-negatives-not-recomputed",
+}
+LOSS_CHECK_ID = "I8-loss-matches-recomputation"
+
+
+def owner_of(factor: str, value) -> str:
+    """The check whose conclusion a loss form's ``factor = value`` is."""
+    return VALUE_OWNERS.get((factor, value)) or FACTOR_OWNERS.get(factor) or LOSS_CHECK_ID
 
 
 def story_run(first: int, last: int, parts, context: str = "", explained: bool = True) -> dict:

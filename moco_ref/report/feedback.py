@@ -7,7 +7,7 @@ queue's contents, the EMA, the mask. Figures are PNGs inlined as ``data:`` URIs:
 needs no network, no external file and no script. Without matplotlib the page has no figures
 and says so.
 
-Written for the student, like the Gradescope results (``moco_ref.report.lms``), with the
+Written for the student, like the Gradescope results (``moco_ref.platforms``), with the
 same student-safe text (``moco_ref.report.text``): the submission's file name only, no path
 of the grading machine, no local command; the rubric's ``[visibility]`` is respected
 (``Rubric.shown_now``): nothing on the page carries the outcome, points, evidence or
@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import base64
 import html
-from pathlib import Path
 
 from moco_ref import __version__
 from moco_ref.judge.registry import FAMILIES, FAMILY_TITLES
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_RUBRIC, Rubric
-from moco_ref.probe.source import SUBMISSION_SUFFIXES
 from moco_ref.report import figures
 from moco_ref.report.scoring import points_str, told_elsewhere
-from moco_ref.report.student_view import StudentView
+from moco_ref.report.student_view import PAGE, StudentView
 from moco_ref.report.text import (
     code_span,
     fence,
@@ -52,7 +50,6 @@ from moco_ref.report.text import (
 )
 
 KINDS = ("html", "md")
-SUFFIXES = {"html": ".feedback.html", "md": ".feedback.md"}
 VISIBILITY_NOTES = {
     "after_due_date": "shown after the due date",
     "after_published": "shown after the grades are published",
@@ -63,23 +60,16 @@ _VERDICTS = {Status.PASSED: "passed", Status.FAILED: "failed", Status.ERROR: "er
              Status.TIMEOUT: "timed out", Status.NOT_JUDGED: "not judged"}
 
 
-def feedback_name(report: SubmissionReport, kind: str) -> str:
-    """``alice.feedback.html`` for ``…/alice.py`` (a module path: its last part)."""
-    name = Path(report.submission).name
-    stem = name.rsplit(".", 1)[0] if name.endswith(SUBMISSION_SUFFIXES) else name.split(".")[-1]
-    return f"{stem}{SUFFIXES[kind]}"
-
-
 class _Page:
     """The feedback's content, independent of HTML or Markdown."""
 
-    def __init__(self, report: SubmissionReport, rubric: Rubric, *, draw: bool = True) -> None:
+    def __init__(self, view: StudentView, *, draw: bool = True) -> None:
+        report, rubric = view.report, view.rubric
         self.report = report
         self.rubric = rubric
         self.root = submission_folder(report)
         self.name = shown_name(submission_name(report, self.root))
         self.draw = draw and figures.available()
-        view = StudentView(report, rubric, "page")
         self.shown, self.hidden, self.later = view.shown, view.hidden, view.later
         self.not_applicable = view.not_applicable
         self.total_shown = rubric.released or view.complete  # released: the grades are out
@@ -188,10 +178,19 @@ def _css_class(verdict: str) -> str:
     return verdict.replace(" ", "-")
 
 
-def feedback_html(report: SubmissionReport, rubric: Rubric | None = None, *,
+def page_view(subject: SubmissionReport | StudentView, rubric: Rubric | None = None
+              ) -> StudentView:
+    """What the student sees on a page: ``subject`` when it is a view already."""
+    if isinstance(subject, StudentView):
+        return subject
+    return StudentView(subject, rubric or DEFAULT_RUBRIC, PAGE)
+
+
+def feedback_html(subject: SubmissionReport | StudentView, rubric: Rubric | None = None, *,
                   draw: bool = True) -> str:
-    """The self-contained HTML feedback page for ``report``."""
-    page = _Page(report, rubric or DEFAULT_RUBRIC, draw=draw)
+    """The self-contained HTML feedback page of a report (or of a student's view of it)."""
+    page = _Page(page_view(subject, rubric), draw=draw)
+    report = page.report
     e = html.escape
     out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
            f"<title>Feedback: {e(page.name)}</title>", f"<style>{_CSS}</style>", "</head>",
@@ -287,10 +286,11 @@ def _html_footer(page: _Page) -> list[str]:
 # --------------------------------------------------------------------------- Markdown
 
 
-def feedback_markdown(report: SubmissionReport, rubric: Rubric | None = None, *,
-                      draw: bool = True) -> str:
+def feedback_markdown(subject: SubmissionReport | StudentView, rubric: Rubric | None = None,
+                      *, draw: bool = True) -> str:
     """The feedback as Markdown (figures as inline ``data:`` images)."""
-    page = _Page(report, rubric or DEFAULT_RUBRIC, draw=draw)
+    page = _Page(page_view(subject, rubric), draw=draw)
+    report = page.report
     out = [f"# Feedback on {code_span(page.name)}", ""]
     if report.gradable and page.total_shown:
         out += [f"**Score: {page.score} / {page.max_score}** (graded as a "
@@ -352,12 +352,3 @@ def render_feedback(report: SubmissionReport, kind: str, rubric: Rubric | None =
     if kind not in KINDS:
         raise ValueError(f"feedback is html or md, not {kind!r}")
     return (feedback_html if kind == "html" else feedback_markdown)(report, rubric)
-
-
-def write_feedback(report: SubmissionReport, path, kind: str,
-                   rubric: Rubric | None = None) -> Path:
-    """Write the page to ``path`` (its folder is made) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_feedback(report, kind, rubric), encoding="utf-8")
-    return path

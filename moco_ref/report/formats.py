@@ -1,6 +1,7 @@
 """Verdicts out for the grader: a terminal table (``rich`` when importable, plain text
-otherwise), JSON and JUnit XML for CI. (Students get theirs through ``moco_ref.report.lms``
-and ``moco_ref.report.feedback``.)"""
+otherwise), JSON and JUnit XML for CI. (Students get theirs through their platform's package,
+``moco_ref.platforms``, and ``moco_ref.report.feedback``; the table of outputs is
+``moco_ref.report.writers``.)"""
 
 from __future__ import annotations
 

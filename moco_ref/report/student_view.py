@@ -16,7 +16,8 @@ A text seen at one time carries nothing of a check seen later:
 - what still names a later check is cut down to the check's bare verdict;
 - the inferred values of a later check's family are left out (``text.student_inferred``).
 
-Totals, per platform (``PLATFORMS``): Gradescope keeps every test in ``results.json`` with its
+Totals, per platform (each platform's package declares its ``Showing``; ``PAGE`` is the
+feedback pages' and the self-check's): Gradescope keeps every test in ``results.json`` with its
 own visibility and releases each itself, and hides the total from students while a test is
 not visible, so its ``score`` stays the true total (its gradebook needs it) while the summary
 text states only the points of the visible tests. PrairieLearn shows what it receives at once:
@@ -30,8 +31,14 @@ import re
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from moco_ref.judge.invariants.loss import FACTOR_OWNERS, LOSS_CHECK_ID, VALUE_OWNERS
-from moco_ref.judge.loss_story import owners, story_text, story_verdict
+from moco_ref.judge.loss_story import (
+    FACTOR_OWNERS,
+    LOSS_CHECK_ID,
+    VALUE_OWNERS,
+    owners,
+    story_text,
+    story_verdict,
+)
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_RUBRIC, Rubric
 from moco_ref.report.text import student_inferred
@@ -49,30 +56,27 @@ BARE = {Status.PASSED: "", Status.FAILED: "failed (the evidence is shown with a 
 
 
 @dataclass(frozen=True)
-class Platform:
+class Showing:
+    """How a surface shows checks to a student."""
+
     name: str
-    # the platform receives every check with its visibility and shows each at its time
+    # the surface receives every check with its visibility and shows each at its time
     releases_itself: bool
-    # the platform hides the total from students while any check is withheld
+    # the surface hides the total from students while any check is withheld
     hides_total_while_withheld: bool
 
 
-PLATFORMS = {
-    "gradescope": Platform("gradescope", releases_itself=True, hides_total_while_withheld=True),
-    "prairielearn": Platform("prairielearn", releases_itself=False,
-                             hides_total_while_withheld=False),
-    "page": Platform("page", releases_itself=False, hides_total_while_withheld=False),
-}
+PAGE = Showing("page", releases_itself=False, hides_total_while_withheld=False)
 
 
 class StudentView:
     """The report as one student sees it on ``platform`` now."""
 
     def __init__(self, report: SubmissionReport, rubric: Rubric | None = None,
-                 platform: str = "page") -> None:
+                 platform: Showing = PAGE) -> None:
         self.report = report
         self.rubric = rubric or DEFAULT_RUBRIC
-        self.platform = PLATFORMS[platform]
+        self.platform = platform
         self.listed = [r for r in report.results if r.status is not Status.NOT_APPLICABLE]
         self._ids = {r.check_id for r in report.results}
 

@@ -8,11 +8,12 @@ deterministic shards for CI matrices or cluster array jobs, and a cache of uncha
   name, which names its report files and decides its shard (``targets``).
 - **shards**: ``--shard i/n`` keeps the targets whose name hashes to ``i``
   (``targets.shard_of``).
-- **reports**: ``OUT/<name>.json`` (the JSON report), plus ``OUT/<name>.gradescope.json``,
-  ``OUT/<name>.junit.xml`` and the student's feedback page ``OUT/<name>.feedback.html`` (or
-  ``.md``) when asked; ``OUT/summary.csv``, ``OUT/grades.csv`` and ``OUT/summary.json``
-  (submission, score, max score, failed checks, wall time, …) for the targets of this run —
-  ``summary-I-of-N.*`` for shard I of N, so shards can share a folder.
+- **reports**: ``OUT/<name>.json`` (the JSON report), plus one file per writer asked for
+  (``report.writers``: ``OUT/<name>.gradescope.json``, ``OUT/<name>.junit.xml``, the
+  student's feedback page ``OUT/<student>.feedback.html``, …); ``OUT/summary.csv``,
+  ``OUT/grades.csv`` and ``OUT/summary.json`` (submission, score, max score, failed checks,
+  wall time, …) for the targets of this run — ``summary-I-of-N.*`` for shard I of N, so
+  shards can share a folder.
 - **cache**: an unchanged submission is not graded again unless ``force`` (``cache``).
   Reports with a timeout or an internal error are not cached.
 
@@ -22,19 +23,20 @@ every time, wall time aside (``comparable``).
 
 from __future__ import annotations
 
-import io
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from moco_ref.judge.results import Status, SubmissionReport
+from moco_ref.judge.rubric import DEFAULT_RUBRIC
 from moco_ref.judge.untrusted import clean_text
 from moco_ref.probe.options import GradeOptions
 from moco_ref.report.gradebook_csv import canvas_import_csv, gradebook_csv, summary_csv
 from moco_ref.report.scoring import NOT_PASSED, failed_families
 from moco_ref.report.text import dumps_strict
+from moco_ref.report.writers import REPORT_WRITERS, Writer, Writing
 from moco_ref.run.cache import cache_key, grader_fingerprint, load_cached, store_cached
 from moco_ref.run.intake import find_targets
 from moco_ref.run.output import DEFAULT_OUT, write_atomic
@@ -98,32 +100,15 @@ def refused_report(target: Target) -> SubmissionReport:
     return _with_target_note(report, target)
 
 
-def write_reports(out: Path, outcome: Outcome, options: GradeOptions, *,
-                  gradescope: bool = False, junit: bool = False, rubric=None,
-                  feedback: str | None = None) -> None:
-    """``<stem>.json``, and when asked ``<stem>.gradescope.json``, ``<stem>.junit.xml`` and
-    the student's feedback page ``<stem>.feedback.html`` / ``.md`` (``feedback``)."""
-    from moco_ref.report.formats import junit_tree, to_json
-    from moco_ref.report.lms import gradescope_results
-
+def write_reports(out: Path, outcome: Outcome, writers: Sequence[Writer],
+                  writing: Writing) -> None:
+    """The files of one report in ``out``: ``<stem>.json`` always (the batch's own record),
+    and one file per writer, ``<stem><suffix>`` — a student's page named by its students
+    (``feedback_stem``) so that a teacher can hand each student theirs."""
     stem = report_stem(outcome.target)
-    write_atomic(out / f"{stem}.json", to_json([outcome.report], options))
-    if feedback:
-        from moco_ref.report.feedback import SUFFIXES, render_feedback
-
-        write_atomic(out / f"{feedback_stem(outcome.target)}{SUFFIXES[feedback]}",
-                     render_feedback(outcome.report, feedback, rubric))
-    if gradescope:
-        write_atomic(out / f"{stem}.gradescope.json",
-                     dumps_strict(gradescope_results(outcome.report, options, rubric)))
-    if junit:
-        import xml.etree.ElementTree as ET
-
-        tree = junit_tree([outcome.report], options)
-        ET.indent(tree)
-        buffer = io.BytesIO()
-        tree.write(buffer, encoding="utf-8", xml_declaration=True)
-        write_atomic(out / f"{stem}.junit.xml", buffer.getvalue().decode("utf-8"))
+    for writer in (REPORT_WRITERS["json"], *(w for w in writers if w.name != "json")):
+        name = feedback_stem(outcome.target) if writer.named_for_students else stem
+        write_atomic(out / f"{name}{writer.suffix}", writer.render(outcome.report, writing))
 
 
 def summary_rows(outcomes: list[Outcome], total: float | None = None) -> list[dict]:
@@ -272,25 +257,25 @@ def grade_folder(
     jobs: int = 2,
     shard: tuple[int, int] | None = None,
     force: bool = False,
-    gradescope: bool = False,
-    junit: bool = False,
+    writers: Sequence[Writer] = (),
     on_done: Callable[[Outcome], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     per_folder: bool = False,
     only: tuple[str, ...] = (),
     rubric=None,
-    feedback: str | None = None,
     isolation: str | None = None,
     assignment: str | None = None,
 ) -> BatchResult:
     """Grade every submission under ``paths`` (of ``shard``), writing reports and summaries to
     ``out``; ``on_start(total)`` once, ``on_done(outcome)`` as each finishes. ``assignment``
-    names the column of ``canvas_import.csv`` (default: the export's name)."""
+    names the column of ``canvas_import.csv`` (default: the export's name); each report's files
+are written by ``writers`` (``report.writers``) beside its JSON."""
     from moco_ref.run.pipeline import grade_tasks
     from moco_ref.sandbox.client import isolation_description
 
     started = time.monotonic()
     total = rubric_total(options, rubric)
+    writing = Writing(options, rubric or DEFAULT_RUBRIC)
     assignment = assignment or assignment_name(paths)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -310,8 +295,7 @@ def grade_folder(
     for target in targets:
         if target.refused:  # flagged at intake (a link, a bad member): nothing runs
             outcome = outcomes[target.name] = Outcome(target, refused_report(target))
-            write_reports(out, outcome, options, gradescope=gradescope, junit=junit,
-                          rubric=rubric, feedback=feedback)
+            write_reports(out, outcome, writers, writing)
             if on_done is not None:
                 on_done(outcome)
             continue
@@ -325,8 +309,7 @@ def grade_folder(
             cached = _with_target_note(cached, target)
             outcome = Outcome(target, cached, cached=True)
             outcomes[target.name] = outcome
-            write_reports(out, outcome, options, gradescope=gradescope, junit=junit,
-                          rubric=rubric, feedback=feedback)
+            write_reports(out, outcome, writers, writing)
             if on_done is not None:
                 on_done(outcome)
         else:
@@ -337,8 +320,7 @@ def grade_folder(
         target, key = by_path[report.submission]
         report = _with_target_note(report, target)
         outcome = outcomes[target.name] = Outcome(target, report)
-        write_reports(out, outcome, options, gradescope=gradescope, junit=junit,
-                      rubric=rubric, feedback=feedback)
+        write_reports(out, outcome, writers, writing)
         store_cached(out, key, report)
         if on_done is not None:
             on_done(outcome)

@@ -13,7 +13,9 @@ from moco_ref import selfcheck
 from moco_ref.judge.inspection import inspection_notes
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_RUBRIC
-from moco_ref.report import feedback, lms
+from moco_ref.platforms.gradescope.writer import gradescope_results
+from moco_ref.platforms.prairielearn.writer import prairielearn_results
+from moco_ref.report import feedback
 from moco_ref.report.formats import header_lines
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "submissions"
@@ -60,7 +62,7 @@ def test_the_staff_see_it_and_the_student_never_does():
         "I3-fifo-keeps-newest", "fifo", "I3", 10.0, Status.PASSED, "ok")], staff_notes=[note])
     assert any(note in line for line in header_lines(report))  # the staff's terminal
     assert SubmissionReport.from_dict(report.to_dict()).staff_notes == [note]
-    shown = [json.dumps(lms.gradescope_results(report)), json.dumps(lms.prairielearn_results(
+    shown = [json.dumps(gradescope_results(report)), json.dumps(prairielearn_results(
         report)), feedback.feedback_html(report, draw=False),
         feedback.feedback_markdown(report, draw=False),
         repr(selfcheck.student_view(report, DEFAULT_RUBRIC))]

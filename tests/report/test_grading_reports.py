@@ -10,6 +10,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
+from moco_ref.platforms.gradescope.writer import WRITER as GRADESCOPE
+from moco_ref.platforms.gradescope.writer import gradescope_results
 from moco_ref.probe.options import GradeOptions
 from moco_ref.report.formats import (
     JSON_FORMAT,
@@ -19,8 +21,8 @@ from moco_ref.report.formats import (
     to_json,
     write_junit,
 )
-from moco_ref.report.lms import gradescope_results, write_gradescope
 from moco_ref.report.scoring import MinScore, failed_families, meets, rerun_command
+from moco_ref.report.writers import Writing
 
 FIFO_MESSAGE = (
     "queue kept the oldest keys: after enqueueing ids [7, 8] into [1..4] with capacity 4, "
@@ -148,7 +150,7 @@ def test_a_check_s_judging_time_survives_the_report_s_round_trip():
 
 def test_gradescope_results_schema(tmp_path):
     path = tmp_path / "results.json"
-    write_gradescope(_graded(), path)
+    path.write_text(GRADESCOPE.render(_graded(), Writing(GradeOptions())), encoding="utf-8")
     data = json.loads(path.read_text())
     assert data["score"] == 2 and data["execution_time"] == 9
     assert data["output_format"] == "md" and data["stdout_visibility"] == "hidden"

@@ -368,7 +368,7 @@ def test_the_markdown_feedback_page_names_the_submission_in_an_intact_span(tmp_p
 
 @pytest.mark.parametrize("name", TICKED[:6])
 def test_the_gradescope_summary_names_the_submission_in_an_intact_span(tmp_path, name):
-    from moco_ref.report.lms import gradescope_results
+    from moco_ref.platforms.gradescope.writer import gradescope_results
 
     data = gradescope_results(_tmp_report(tmp_path, name + ".py"))
     first = data["output"].splitlines()[0]
@@ -409,7 +409,7 @@ def _autolinks(markdown: str) -> list[str]:
 def test_a_url_a_notebook_prints_is_never_a_live_link_on_gradescope(tmp_path):
     """A URL in the notes (a cell the grader skipped) or in the reason a notebook could not
     be graded reaches the Gradescope Markdown escaped: read literally, never linked."""
-    from moco_ref.report.lms import gradescope_results
+    from moco_ref.platforms.gradescope.writer import gradescope_results
 
     printed = " and ".join(LINKS)
     graded = _tmp_report(tmp_path, "alice.py")

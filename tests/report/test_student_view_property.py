@@ -19,7 +19,9 @@ from moco_ref.judge.loss_story import story_run, story_verdict
 from moco_ref.judge.registry import all_checks
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.judge.rubric import charge_disabled, rubric_from_mapping
-from moco_ref.report import feedback, figures, lms
+from moco_ref.platforms.gradescope import writer as gradescope_writer
+from moco_ref.platforms.prairielearn import writer as prairielearn_writer
+from moco_ref.report import feedback, figures
 from moco_ref.report.scoring import points_str
 from moco_ref.report.text import INFERRED_FAMILIES
 
@@ -76,7 +78,7 @@ def _report(withheld: str, style: str = "builder") -> SubmissionReport:
 
 def _student_surfaces(report: SubmissionReport, rubric, withheld: str | None) -> dict[str, str]:
     """Each platform's text a student reads while ``withheld`` is not shown yet."""
-    gradescope = lms.gradescope_results(report, rubric=rubric)
+    gradescope = gradescope_writer.gradescope_results(report, rubric=rubric)
     seen_before = [test for test in gradescope["tests"]
                    if withheld is None or _sooner(test["visibility"],
                                                    rubric.visibility_of(withheld))]
@@ -85,7 +87,7 @@ def _student_surfaces(report: SubmissionReport, rubric, withheld: str | None) ->
         "gradescope": json.dumps({"output": gradescope["output"],
                                   "extra_data": gradescope["extra_data"],
                                   "tests": seen_before}, ensure_ascii=False),
-        "prairielearn": json.dumps(lms.prairielearn_results(report, rubric),
+        "prairielearn": json.dumps(prairielearn_writer.prairielearn_results(report, rubric),
                                    ensure_ascii=False),
         "feedback html": feedback.feedback_html(report, rubric, draw=False),
         "feedback md": feedback.feedback_markdown(report, rubric, draw=False),

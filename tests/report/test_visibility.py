@@ -18,13 +18,9 @@ import pytest
 from moco_ref.judge.registry import all_checks
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.judge.rubric import rubric_from_mapping
+from moco_ref.platforms.gradescope.writer import gradescope_problems, gradescope_results
+from moco_ref.platforms.prairielearn.writer import prairielearn_problems, prairielearn_results
 from moco_ref.report import feedback
-from moco_ref.report.lms import (
-    gradescope_problems,
-    gradescope_results,
-    prairielearn_problems,
-    prairielearn_results,
-)
 from moco_ref.report.scoring import points_str
 
 HIDDEN = "I9-batch-not-own-negative"

@@ -20,9 +20,10 @@ import pytest
 from moco_ref.cli import main
 from moco_ref.judge.results import SubmissionReport
 from moco_ref.judge.rubric import load_rubric
+from moco_ref.platforms.gradescope.writer import gradescope_results
+from moco_ref.platforms.prairielearn.writer import prairielearn_results
 from moco_ref.report.class_report import class_report
 from moco_ref.report.feedback import render_feedback
-from moco_ref.report.lms import gradescope_results, prairielearn_results
 from tests.helpers.conformance_support import SUBMISSIONS
 
 TOTAL = 50

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from moco_ref.cli import main
+from moco_ref.platforms import writers
 from moco_ref.probe.options import GradeOptions
 from moco_ref.run.batch import comparable, grade_folder
 from moco_ref.run.cache import cache_key
@@ -64,8 +65,9 @@ def test_shards_partition_deterministically():
 def test_a_folder_is_graded_into_reports_and_summaries(folder, tmp_path):
     out = tmp_path / "reports"
     seen = []
-    result = grade_folder([folder], GradeOptions(), out=out, jobs=2, gradescope=True,
-                          junit=True, on_done=seen.append)
+    table = writers()
+    result = grade_folder([folder], GradeOptions(), out=out, jobs=2,
+                          writers=[table["gradescope"], table["junit"]], on_done=seen.append)
     assert sorted(outcome.target.name for outcome in seen) == [
         "alice.py", "bob.py", "group-b/carol.py"]
     assert [o.report.score for o in result.outcomes] == [3, 2, 3]

@@ -36,7 +36,7 @@ def test_by_default_the_warm_process_stays(monkeypatch, tmp_path):
 
 def test_the_autograder_grades_in_single_run_mode(monkeypatch, tmp_path):
     from moco_ref.judge.rubric import DEFAULT_RUBRIC
-    from moco_ref.tools import autograder
+    from moco_ref.platforms import course
 
     (tmp_path / "train.py").write_text("def train_moco():\n    pass\n")
     seen = {}
@@ -45,7 +45,7 @@ def test_the_autograder_grades_in_single_run_mode(monkeypatch, tmp_path):
         seen.update(kwargs)
         return pipeline.SubmissionReport(target, "lab", gradable=False)
 
-    monkeypatch.setattr(autograder, "sandbox_refusal", lambda *args, **kwargs: "")
+    monkeypatch.setattr(course, "sandbox_refusal", lambda *args, **kwargs: "")
     monkeypatch.setattr(pipeline, "grade_submission", graded)
-    autograder.grade_folder(tmp_path, {}, DEFAULT_RUBRIC)
+    course.grade_folder(tmp_path, {}, DEFAULT_RUBRIC)
     assert seen.get("single_run") is True

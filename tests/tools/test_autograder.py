@@ -19,21 +19,20 @@ from moco_ref import __version__
 from moco_ref.cli.main import main
 from moco_ref.judge.results import CheckResult, Status, SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_RUBRIC, Rubric, load_rubric
-from moco_ref.report.lms import (
-    gradescope_problems,
-    gradescope_results,
-    prairielearn_results,
-    student_text,
-    write_prairielearn,
-)
-from moco_ref.tools.autograder import (
+from moco_ref.platforms.course import (
     CONFIG_NAME,
     SECRET_NAME,
     NoSubmission,
     find_submission,
-    grade_in_autograder,
     rubric_toml,
 )
+from moco_ref.platforms.gradescope.packager import grade_in_autograder
+from moco_ref.platforms.gradescope.writer import gradescope_problems, gradescope_results
+from moco_ref.platforms.prairielearn.writer import WRITER as PRAIRIELEARN
+from moco_ref.platforms.prairielearn.writer import prairielearn_results
+from moco_ref.probe.options import GradeOptions
+from moco_ref.report.text import student_text
+from moco_ref.report.writers import Writing
 from moco_ref.tools.run_needs import RUN_NEEDS
 
 pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
@@ -380,7 +379,8 @@ def test_prairielearn_results_score_a_fraction_with_one_test_per_check(tmp_path)
     assert "too slow" not in json.dumps(data) and "I6-orders" not in json.dumps(data)
     assert data["output"] == "" and "/work" not in json.dumps(data)
     path = tmp_path / "results.json"
-    write_prairielearn(_report(), path, rubric)
+    path.write_text(PRAIRIELEARN.render(_report(), Writing(GradeOptions(), rubric)),
+                    encoding="utf-8")
     assert json.loads(path.read_text()) == data
 
 

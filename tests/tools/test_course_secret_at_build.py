@@ -4,10 +4,10 @@ and the grader draws its probe from it, never the README's documented default.""
 
 from __future__ import annotations
 
+from moco_ref.platforms.course import CONFIG_NAME, SECRET_NAME, new_course_secret, read_config_in
 from moco_ref.probe.builder import default_builder_probe
 from moco_ref.probe.cases import default_lab_probe
 from moco_ref.probe.options import GradeOptions, probe_key_of
-from moco_ref.tools.autograder import CONFIG_NAME, SECRET_NAME, new_course_secret, read_config_in
 
 
 def test_a_bundled_secret_becomes_the_probe_key(tmp_path):

@@ -17,10 +17,10 @@ import pytest
 from moco_ref import __version__
 from moco_ref.cli.main import main
 from moco_ref.judge.rubric import DEFAULT_RUBRIC, load_rubric
+from moco_ref.platforms.course import CONFIG_NAME, SECRET_NAME
+from moco_ref.platforms.prairielearn.packager import ENTRYPOINT, PL_MAX_TIMEOUT
+from moco_ref.platforms.prairielearn.writer import SCHEMA_PATH, prairielearn_problems
 from moco_ref.probe.options import GradeOptions
-from moco_ref.report.lms import prairielearn_problems, prairielearn_schema
-from moco_ref.tools.autograder import CONFIG_NAME, SECRET_NAME
-from moco_ref.tools.prairielearn import ENTRYPOINT, PL_MAX_TIMEOUT
 from moco_ref.tools.run_needs import RUN_NEEDS
 
 pytestmark = pytest.mark.full  # the second tier: starts the real sandbox per case
@@ -208,7 +208,7 @@ def test_the_schema_accepts_the_documented_shapes():
     strings = _valid_results()
     strings["images"] = ["data:image/jpeg;base64,AAAA"]
     assert prairielearn_problems(strings) == []
-    assert prairielearn_schema()["properties"]["score"] == {"type": "number", "minimum": 0,
+    assert _schema()["properties"]["score"] == {"type": "number", "minimum": 0,
                                                             "maximum": 1}
 
 
@@ -299,3 +299,7 @@ def test_prairielearn_run_always_writes_results(package, tmp_path, capsys, monke
     data = json.loads((root / "results" / "results.json").read_text())
     assert prairielearn_problems(data) == [] and "course staff" in data["message"]
     assert os.environ["MOCO_REF_GRADE_ROOT"] == str(root)
+
+
+def _schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))

@@ -78,7 +78,13 @@ from moco_ref.core.contrastive import (
     positive_labels,
     same_source_mask,
 )
-from moco_ref.judge.loss_story import REFERENCE_TEXT
+from moco_ref.judge.loss_story import (  # noqa: F401 - the owners are named here too
+    FACTOR_OWNERS,
+    LOSS_CHECK_ID,
+    REFERENCE_TEXT,
+    VALUE_OWNERS,
+    owner_of,
+)
 from moco_ref.probe.threads import one_thread
 
 GRADIENT_TOLERANCE = 2e-3  # max-abs error relative to the gradient's largest entry
@@ -115,34 +121,6 @@ class LossForm:
 
     def describe(self) -> str:
         return "; ".join(text for _, text in form_parts(self)) or REFERENCE_TEXT
-
-
-# The check that judges each choice of the loss: the conclusion a step's form carries is that
-# check's (a form's text shown to a student is shown only with its check). Every other choice
-# is I8-loss-matches-recomputation's.
-FACTOR_OWNERS: dict[str, str] = {
-    "temperature": "I8-temperature-divides-logits",
-    "warmup_temperature": "I8-temperature-divides-logits",
-    "queue_t": "I8-temperature-divides-logits",
-    "warmup_t": "I8-temperature-divides-logits",
-    "positive_t": "I8-temperature-divides-logits",
-    "normalize": "I8-embeddings-normalized",
-    "mask": "I4-same-source-masked",
-    "empty_queue": "I8-empty-queue-in-batch",
-    "branch": "I8-empty-queue-in-batch",
-}
-VALUE_OWNERS: dict[tuple[str, object], str] = {
-    ("mask", "positive-too"): "I4-positive-never-masked",
-    ("negatives", "after"): "I9-batch-not-own-negative",
-    ("negatives", "with-current"): "I9-batch-not-own-negative",
-    ("negatives", "recomputed"): "I2-negatives-not-recomputed",
-}
-LOSS_CHECK_ID = "I8-loss-matches-recomputation"
-
-
-def owner_of(factor: str, value) -> str:
-    """The check whose conclusion a loss form's ``factor = value`` is."""
-    return VALUE_OWNERS.get((factor, value)) or FACTOR_OWNERS.get(factor) or LOSS_CHECK_ID
 
 
 def form_parts(form: LossForm) -> list[tuple[str, str]]:

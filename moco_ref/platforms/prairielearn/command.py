@@ -1,5 +1,5 @@
 """``moco-ref prairielearn build|test|run``: a PrairieLearn external grader made of moco-ref
-(``moco_ref.tools.prairielearn``: the package and its run; ``prairielearn_try``: trying it).
+(``packager``: the package and its run; ``local_run``: trying it).
 
 - ``build OUTDIR [--rubric FILE] [--style S] [--timeout S] [--wheel FILE] [--image NAME]
   [--file-name NAME]`` writes the grader image's Dockerfile (and wheel), the question
@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from moco_ref.cli.isolation import add_isolation_flag
-from moco_ref.cli.options import EXIT_BELOW as EXIT_INVALID
-from moco_ref.cli.options import EXIT_OK, usage_error
+from moco_ref.platforms.commands import graded_or_failed, tried_outcome
 from moco_ref.probe.options import STYLES
+from moco_ref.run.command_line import EXIT_BELOW as EXIT_INVALID
+from moco_ref.run.command_line import EXIT_OK, add_isolation_flag, usage_error
 
 
 def add_parser(subparsers) -> None:
@@ -74,8 +74,12 @@ def add_parser(subparsers) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from moco_ref.tools.autograder import AutograderError
-    from moco_ref.tools.prairielearn import DEFAULT_FILE_NAME, DEFAULT_IMAGE, build_prairielearn
+    from moco_ref.platforms.course import PlatformError
+    from moco_ref.platforms.prairielearn.packager import (
+        DEFAULT_FILE_NAME,
+        DEFAULT_IMAGE,
+        build_prairielearn,
+    )
     from moco_ref.tools.run_needs import RUN_NEEDS
 
     try:
@@ -83,7 +87,7 @@ def run_build(args: argparse.Namespace) -> int:
                                    timeout=args.timeout, wheel=args.wheel,
                                    image=args.image or DEFAULT_IMAGE,
                                    file_name=args.file_name or DEFAULT_FILE_NAME)
-    except AutograderError as exc:
+    except PlatformError as exc:
         return usage_error(str(exc))
     grading = built.info["externalGradingOptions"]
     print(f"wrote {built.outdir}: {', '.join(built.files)}")
@@ -95,8 +99,8 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_test(args: argparse.Namespace) -> int:
-    from moco_ref.tools.autograder import AutograderError
-    from moco_ref.tools.prairielearn_try import try_prairielearn
+    from moco_ref.platforms.course import PlatformError
+    from moco_ref.platforms.prairielearn.local_run import try_prairielearn
 
     try:
         import jsonschema  # noqa: F401
@@ -108,7 +112,7 @@ def run_test(args: argparse.Namespace) -> int:
         tried = try_prairielearn(args.outdir, args.submissions, keep=args.keep,
                                  timeout=args.timeout, isolation=args.isolation,
                                  default_container=args.default_container)
-    except AutograderError as exc:
+    except PlatformError as exc:
         return usage_error(str(exc))
     data = tried.data if isinstance(tried.data, dict) else {}
     tests = [t for t in data.get("tests") or [] if isinstance(t, dict)]
@@ -120,14 +124,14 @@ def run_test(args: argparse.Namespace) -> int:
               + ")")
         if data.get("format_errors"):
             print(f"format_errors: {data['format_errors']}")
-    from moco_ref.cli.gradescope import tried_outcome
-
     return tried_outcome(tried, "the entrypoint", keep=bool(args.keep))
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from moco_ref.cli.gradescope import graded_or_failed
-    from moco_ref.tools.prairielearn import grade_in_prairielearn, write_failure_results
+    from moco_ref.platforms.prairielearn.packager import (
+        grade_in_prairielearn,
+        write_failure_results,
+    )
 
     ran = graded_or_failed(lambda: grade_in_prairielearn(args.root, isolation=args.isolation),
                            write_failure_results, args.root, "grader's")

@@ -1,5 +1,5 @@
 """``moco-ref gradescope build|test|run``: a Gradescope autograder made of moco-ref
-(``moco_ref.tools.autograder``).
+(``packager``; ``local_run`` tries it).
 
 - ``build [--out autograder.zip] [--rubric FILE] [--style S] [--timeout S] [--wheel FILE]``
   writes the zip to upload to Gradescope;
@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from moco_ref.cli.options import EXIT_BELOW as EXIT_INVALID
-from moco_ref.cli.options import EXIT_OK, usage_error
+from moco_ref.platforms.commands import graded_or_failed, tried_outcome
 from moco_ref.probe.options import STYLES
+from moco_ref.run.command_line import EXIT_BELOW as EXIT_INVALID
+from moco_ref.run.command_line import EXIT_OK, usage_error
 
 
 def add_parser(subparsers) -> None:
@@ -63,12 +64,13 @@ GRADESCOPE_DEFAULT_MB = 768  # the memory of Gradescope's default autograder con
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from moco_ref.tools.autograder import AutograderError, build_autograder
+    from moco_ref.platforms.course import PlatformError
+    from moco_ref.platforms.gradescope.packager import build_autograder
 
     try:
         built = build_autograder(args.out, rubric_path=args.rubric, style=args.style,
                                  timeout=args.timeout, wheel=args.wheel)
-    except AutograderError as exc:
+    except PlatformError as exc:
         return usage_error(str(exc))
     from moco_ref.tools.run_needs import RUN_NEEDS
 
@@ -83,8 +85,8 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_test(args: argparse.Namespace) -> int:
-    from moco_ref.tools.autograder import AutograderError
-    from moco_ref.tools.autograder_try import try_autograder
+    from moco_ref.platforms.course import PlatformError
+    from moco_ref.platforms.gradescope.local_run import try_autograder
 
     try:
         import jsonschema  # noqa: F401
@@ -94,7 +96,7 @@ def run_test(args: argparse.Namespace) -> int:
         return usage_error("--timeout must be > 0")
     try:
         tried = try_autograder(args.zip, args.submission, keep=args.keep, timeout=args.timeout)
-    except AutograderError as exc:
+    except PlatformError as exc:
         return usage_error(str(exc))
     data = tried.data or {}
     tests = data.get("tests") or []
@@ -110,53 +112,11 @@ def run_test(args: argparse.Namespace) -> int:
     return tried_outcome(tried, "run_autograder", keep=bool(args.keep))
 
 
-def tried_outcome(tried, program: str, *, keep: bool) -> int:
-    """The end of ``gradescope test`` and ``prairielearn test``: how ``program`` exited (the
-    last lines it wrote, inert), whether the results are valid (each problem, inert), where
-    the tree was kept; the exit code."""
-    from moco_ref.report.text import shown_name
-
-    if tried.returncode != 0:
-        print(f"{program} exited with {tried.returncode}")
-        for line in tried.stderr.strip().splitlines()[-5:]:
-            print(f"  | {shown_name(line)}")
-    if tried.valid:
-        print("results.json: valid")
-    else:
-        print("results.json: INVALID")
-        for problem in tried.problems[:20]:
-            print(f"  - {shown_name(str(problem))}")
-        if len(tried.problems) > 20:
-            print(f"  … and {len(tried.problems) - 20} more")
-    if keep:
-        print(f"kept: {tried.root}")
-    return EXIT_OK if tried.valid else EXIT_INVALID
-
-
-def graded_or_failed(grade, write_failure, root, rubric_owner: str):
-    """``grade()``'s ``RunResult``; or, when the bundled rubric is unusable or the grader
-    itself fails, the exit code after ``write_failure(root, seconds)`` has written the
-    platform's results all the same (the student's results say the grader failed; the staff
-    get the traceback on stderr)."""
-    import time
-    import traceback
-
-    from moco_ref.judge.rubric import RubricError
-
-    started = time.monotonic()
-    try:
-        return grade()
-    except RubricError as exc:
-        write_failure(root, time.monotonic() - started)
-        return usage_error(f"the {rubric_owner} rubric: {exc}")
-    except Exception:  # noqa: BLE001 - the platform still gets results; the staff the traceback
-        traceback.print_exc()
-        write_failure(root, time.monotonic() - started)
-        return EXIT_INVALID
-
-
 def run_run(args: argparse.Namespace) -> int:
-    from moco_ref.tools.autograder import grade_in_autograder, write_failure_results
+    from moco_ref.platforms.gradescope.packager import (
+        grade_in_autograder,
+        write_failure_results,
+    )
 
     ran = graded_or_failed(lambda: grade_in_autograder(args.root, metadata=args.metadata),
                            write_failure_results, args.root, "autograder's")

@@ -15,9 +15,9 @@ submission the way the grading container does (``prairielearn_try`` tries it her
 In the container ``run.sh`` calls ``moco-ref prairielearn run``, which grades the files in
 ``/grade/student`` and always writes ``/grade/results/results.json``. The grade root is
 ``$MOCO_REF_GRADE_ROOT`` (default ``/grade``), which is how
-``moco_ref.tools.prairielearn_try`` runs the entrypoint in a temporary ``/grade``-shaped tree.
-The wheel, the rubric file, the submission finder and the grading core are
-``moco_ref.tools.autograder``'s (Gradescope's).
+``local_run`` runs the entrypoint in a temporary ``/grade``-shaped tree. The wheel, the rubric
+file, the submission finder and the grading core are every platform's
+(``moco_ref.platforms.course``).
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ from pathlib import Path
 
 from moco_ref import __version__
 from moco_ref.judge.rubric import Rubric
-from moco_ref.probe.options import GradeOptions
-from moco_ref.tools.autograder import (
+from moco_ref.platforms.course import (
     CONFIG_NAME,
     RUBRIC_NAME,
     SECRET_NAME,
-    AutograderError,
+    PlatformError,
     RunResult,
     bundled_wheel,
     checked_choices,
@@ -53,6 +52,8 @@ from moco_ref.tools.autograder import (
     torch_requirement,
     write_results,
 )
+from moco_ref.platforms.prairielearn.writer import prairielearn_results
+from moco_ref.probe.options import GradeOptions
 from moco_ref.tools.run_needs import RUN_NEEDS
 
 GRADE_ROOT_VARIABLE = "MOCO_REF_GRADE_ROOT"
@@ -136,12 +137,12 @@ def _comment(text: str) -> str:
 
 def needed_timeout(budget: float) -> int:
     """PrairieLearn's job timeout for a submission budget of ``budget`` seconds: the budget,
-    one measured run (start-up, warm process, judging) and a margin; ``AutograderError`` when
+    one measured run (start-up, warm process, judging) and a margin; ``PlatformError`` when
     that exceeds PrairieLearn's 600 s."""
     needed = math.ceil(budget + RUN_NEEDS.seconds + MARGIN_SECONDS)
     if needed > PL_MAX_TIMEOUT:
         most = PL_MAX_TIMEOUT - RUN_NEEDS.seconds - MARGIN_SECONDS
-        raise AutograderError(f"--timeout {budget:g} needs a {needed} s grading job, over "
+        raise PlatformError(f"--timeout {budget:g} needs a {needed} s grading job, over "
                               f"PrairieLearn's {PL_MAX_TIMEOUT} s: give at most {most} s")
     return needed
 
@@ -189,17 +190,17 @@ def build_prairielearn(outdir, *, rubric_path=None, style: str | None = None,
                        file_name: str = DEFAULT_FILE_NAME,
                        title: str = "MoCo implementation (graded by moco-ref)") -> PLBuild:
     """Write the PrairieLearn package into ``outdir`` (the module's docstring lists it);
-    ``AutograderError`` for unusable input, before anything is written."""
+    ``PlatformError`` for unusable input, before anything is written."""
     checked_choices(style, timeout)
     if not _IMAGE_NAME.match(image or ""):
-        raise AutograderError(f"--image {image!r}: not a Docker image name (lowercase, e.g. "
+        raise PlatformError(f"--image {image!r}: not a Docker image name (lowercase, e.g. "
                               "you/moco-grader:1)")
     if not _FILE_NAME.match(file_name or ""):
-        raise AutograderError(f"--file-name {file_name!r}: give a plain .py or .ipynb name")
+        raise PlatformError(f"--file-name {file_name!r}: give a plain .py or .ipynb name")
     rubric, rubric_text = course_rubric(rubric_path)
     outdir = Path(outdir)
     if outdir.exists() and not outdir.is_dir():
-        raise AutograderError(f"{outdir} is a file: give the folder to write the package in")
+        raise PlatformError(f"{outdir} is a file: give the folder to write the package in")
     budget = timeout if timeout is not None else GradeOptions.timeout
     job_timeout = needed_timeout(budget)
     image_dir, question, tests = outdir / "image", outdir / "question", outdir / "question/tests"
@@ -253,8 +254,6 @@ def grade_in_prairielearn(root=None, *, isolation: str | None = None) -> RunResu
     ``root``/tests and write ``root``/results/results.json (always, even when nothing
     could be graded). ``RubricError`` when the bundled rubric is unusable (the caller writes
     ``write_failure_results``)."""
-    from moco_ref.report.lms import prairielearn_results
-
     root = grade_root(root)
     folder = root / "student"
     config, rubric = read_config_in(root / "tests")
@@ -267,7 +266,5 @@ def grade_in_prairielearn(root=None, *, isolation: str | None = None) -> RunResu
 def write_failure_results(root=None, seconds: float = 0.0) -> Path:
     """A valid results.json saying that the grader itself failed (not gradable, so the
     student loses no attempt)."""
-    from moco_ref.report.lms import prairielearn_results
-
     return write_results(grade_root(root), prairielearn_results(
         grader_failure_report(seconds)))

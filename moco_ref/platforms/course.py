@@ -1,19 +1,9 @@
-"""A Gradescope autograder made of moco-ref: build its zip, and run it for one submission the
-way Gradescope does (``autograder_try`` tries a zip locally).
-
-The zip holds ``setup.sh`` (run once by Gradescope when it builds the image: a Python ≥ 3.11
-virtual environment with CPU torch and the moco-ref wheel inside the zip), ``run_autograder``
-(run for every submission: it calls ``moco-ref gradescope run``), the course's
-``rubric.toml``, ``moco-ref-autograder.json`` (style and timeout) and ``wheels/`` (this
-version of moco-ref). Everything lives under ``/autograder`` — or under
-``$MOCO_REF_AUTOGRADER_ROOT``, which is how ``autograder_try.try_autograder`` runs it in a
-temporary tree.
-
-What grading one submission needs (``run_needs.RUN_NEEDS``: memory and seconds, measured)
-is stated by the build; when Gradescope's ``submission_metadata.json`` is there, a rubric
-total other than the assignment's ``total_points`` is told to the staff (the run's stderr),
-never in ``results.json``. The PrairieLearn package (``moco_ref.tools.prairielearn``) reuses the
-wheel, the rubric file, the submission finder and the grading core of this module.
+"""What every learning platform's package shares (``moco_ref.platforms``): building a course's
+grader (the rubric file, this version's wheel, the pinned torch, the course secret made at
+build time) and grading one handed-in folder the way a platform's container does (the
+submission's main file found as batch grading finds it, the sandbox refused in one line for the
+staff, a report that is never an exception). Each platform's package adds its own files, its
+results writer and its local run; none reads another's.
 """
 
 from __future__ import annotations
@@ -22,15 +12,12 @@ import fcntl
 import importlib.metadata
 import importlib.util
 import json
-import os
 import re
 import secrets
-import stat
 import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,81 +26,18 @@ from moco_ref.judge.registry import FAMILIES
 from moco_ref.judge.results import SubmissionReport
 from moco_ref.judge.rubric import DEFAULT_FAMILY_WEIGHTS, DEFAULT_RUBRIC, Rubric, load_rubric
 from moco_ref.probe.options import STYLES, GradeOptions, probe_key_of
-from moco_ref.tools.run_needs import RUN_NEEDS
 
-ROOT_VARIABLE = "MOCO_REF_AUTOGRADER_ROOT"
-METADATA_VARIABLE = "MOCO_REF_SUBMISSION_METADATA"  # Gradescope's metadata file (tests)
-METADATA_NAME = "submission_metadata.json"
 PYTHON_VARIABLE = "MOCO_REF_PYTHON"  # the interpreter run_autograder uses (default: the venv's)
-DEFAULT_ROOT = "/autograder"
 CONFIG_NAME = "moco-ref-autograder.json"
 RUBRIC_NAME = "rubric.toml"
-WHEELS = "wheels"
-REQUIRED_MEMBERS = ("setup.sh", "run_autograder")
 SECRET_NAME = "moco-ref-course-secret"  # beside the rubric; made at build time
 EXECUTABLE = 0o755
 _SKIPPED_DIRS = {"__pycache__", "__MACOSX", ".git", ".ipynb_checkpoints", "node_modules"}
 _SKIPPED_FILES = {"setup.py", "conftest.py"}
 
 
-class AutograderError(ValueError):
-    """Input the autograder commands cannot use, said in one line (exit 2)."""
-
-
-# --------------------------------------------------------------------------- the scripts
-
-SETUP_SH = r"""#!/usr/bin/env bash
-# Gradescope runs this once, as root, when it builds the autograder's image: a Python >= 3.11
-# virtual environment with CPU torch and moco-ref {version} (the wheel in this zip).
-set -euo pipefail
-ROOT="${{MOCO_REF_AUTOGRADER_ROOT:-/autograder}}"
-SOURCE="$ROOT/source"
-VENV="$ROOT/moco-ref-venv"
-
-pick_python() {{
-  for candidate in python3.13 python3.12 python3.11 python3; do
-    if command -v "$candidate" >/dev/null 2>&1 &&
-       "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-      echo "$candidate"
-      return 0
-    fi
-  done
-  return 1
-}}
-
-PYTHON="$(pick_python || true)"
-if [ -z "$PYTHON" ]; then
-  apt-get update
-  DEBIAN_FRONTEND=noninteractive apt-get install -y python3.11 python3.11-venv
-  PYTHON=python3.11
-fi
-if ! "$PYTHON" -m venv "$VENV"; then
-  apt-get update
-  DEBIAN_FRONTEND=noninteractive apt-get install -y "$(basename "$PYTHON")-venv"
-  rm -rf "$VENV"
-  "$PYTHON" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --upgrade pip
-"$VENV/bin/python" -m pip install {torch} --index-url https://download.pytorch.org/whl/cpu
-"$VENV/bin/python" -m pip install "$SOURCE/{wheel}"
-"$VENV/bin/python" -m moco_ref.cli --version
-# What a submission's sandbox sees in this image (informational; grading refuses to run
-# untrusted code if the sandbox cannot start).
-"$VENV/bin/python" -m moco_ref.cli doctor || echo "moco-ref doctor failed: see above"
-"""
-
-RUN_AUTOGRADER = r"""#!/usr/bin/env bash
-# Gradescope runs this for every submission: moco-ref grades /autograder/submission with the
-# rubric in /autograder/source and writes /autograder/results/results.json.
-set -uo pipefail
-ROOT="${MOCO_REF_AUTOGRADER_ROOT:-/autograder}"
-PYTHON="${MOCO_REF_PYTHON:-$ROOT/moco-ref-venv/bin/python}"
-cd "$ROOT"
-exec "$PYTHON" -m moco_ref.cli gradescope run --root "$ROOT"
-"""
-
-
-# --------------------------------------------------------------------------- build
+class PlatformError(ValueError):
+    """Input a platform's commands cannot use, said in one line (exit 2)."""
 
 
 def rubric_toml(rubric: Rubric = DEFAULT_RUBRIC) -> str:
@@ -156,7 +80,7 @@ def build_wheel(dest: Path) -> Path:
     ``pip wheel`` (offline: no build isolation when setuptools is installed)."""
     root = project_root()
     if root is None:
-        raise AutograderError("moco-ref is not running from its source checkout, so its wheel "
+        raise PlatformError("moco-ref is not running from its source checkout, so its wheel "
                               "cannot be built here: give --wheel FILE (a moco_ref wheel)")
     command = [sys.executable, "-m", "pip", "wheel", str(root), "--no-deps", "-q", "-w", str(dest)]
     if importlib.util.find_spec("setuptools") is not None:
@@ -169,16 +93,16 @@ def build_wheel(dest: Path) -> Path:
     wheels = sorted(dest.glob("moco_ref-*.whl"))
     if done.returncode != 0 or not wheels:
         last = (done.stderr.strip().splitlines() or ["no wheel was written"])[-1]
-        raise AutograderError(f"building the moco-ref wheel failed: {last}")
+        raise PlatformError(f"building the moco-ref wheel failed: {last}")
     return wheels[-1]
 
 
 def _checked_wheel(path: Path) -> Path:
     if not path.is_file() or not path.name.startswith("moco_ref-") or path.suffix != ".whl":
-        raise AutograderError(f"--wheel {path}: not a moco_ref wheel file")
+        raise PlatformError(f"--wheel {path}: not a moco_ref wheel file")
     version = path.name.split("-")[1]
     if version != __version__:
-        raise AutograderError(f"--wheel {path}: moco-ref {version}, but this is moco-ref "
+        raise PlatformError(f"--wheel {path}: moco-ref {version}, but this is moco-ref "
                               f"{__version__} (the autograder pins the version that builds it)")
     return path
 
@@ -197,25 +121,17 @@ def torch_requirement() -> str:
     return " ".join(pins)
 
 
-@dataclass
-class BuildResult:
-    path: Path
-    members: list[str]
-    rubric: Rubric
-    config: dict
-
-
 def checked_choices(style: str | None, timeout: float | None) -> None:
-    """``AutograderError`` when ``style`` or ``timeout`` (seconds per submission) is unusable."""
+    """``PlatformError`` when ``style`` or ``timeout`` (seconds per submission) is unusable."""
     if style is not None and style not in STYLES:
-        raise AutograderError(f"--style must be one of {', '.join(STYLES)}, not {style!r}")
+        raise PlatformError(f"--style must be one of {', '.join(STYLES)}, not {style!r}")
     if timeout is not None and not timeout > 0:
-        raise AutograderError(f"--timeout must be > 0, not {timeout:g}")
+        raise PlatformError(f"--timeout must be > 0, not {timeout:g}")
 
 
 def course_rubric(rubric_path=None) -> tuple[Rubric, str]:
     """The course's rubric and the TOML text to bundle: the file given (as written), or
-    moco-ref's default written out; ``AutograderError`` when the file is unusable."""
+    moco-ref's default written out; ``PlatformError`` when the file is unusable."""
     from moco_ref.judge.rubric import RubricError
 
     if rubric_path is None:
@@ -223,7 +139,7 @@ def course_rubric(rubric_path=None) -> tuple[Rubric, str]:
     try:
         rubric = load_rubric(rubric_path)
     except RubricError as exc:
-        raise AutograderError(f"--rubric: {exc}") from None
+        raise PlatformError(f"--rubric: {exc}") from None
     return rubric, Path(rubric_path).read_text(encoding="utf-8")
 
 
@@ -231,46 +147,6 @@ def bundled_wheel(wheel, scratch: Path) -> Path:
     """The moco-ref wheel to bundle: ``wheel`` (checked: a moco_ref wheel of this version) or
     one built from this checkout into ``scratch``."""
     return _checked_wheel(Path(wheel)) if wheel else build_wheel(Path(scratch))
-
-
-def build_autograder(out, *, rubric_path=None, style: str | None = None,
-                     timeout: float | None = None, wheel=None) -> BuildResult:
-    """Write the autograder zip to ``out``; ``AutograderError`` for unusable input."""
-    checked_choices(style, timeout)
-    rubric, rubric_text = course_rubric(rubric_path)
-    out = Path(out)
-    if out.is_dir():
-        raise AutograderError(f"--out {out} is a folder: give the zip file to write")
-    config = {"moco_ref_version": __version__, "style": style,
-              "timeout": timeout if timeout is not None else GradeOptions.timeout,
-              "rubric": RUBRIC_NAME, "needs": RUN_NEEDS.as_dict()}
-    with tempfile.TemporaryDirectory(prefix="moco-ref-wheel-") as scratch:
-        wheel_path = bundled_wheel(wheel, Path(scratch))
-        wheel_member = f"{WHEELS}/{wheel_path.name}"
-        config["wheel"] = wheel_member
-        scripts = {
-            "setup.sh": SETUP_SH.format(version=__version__, torch=torch_requirement(),
-                                        wheel=wheel_member),
-            "run_autograder": RUN_AUTOGRADER,
-        }
-        out.parent.mkdir(parents=True, exist_ok=True)
-        partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
-        with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for name, text in scripts.items():
-                info = zipfile.ZipInfo(name, date_time=time.localtime()[:6])
-                info.external_attr = (stat.S_IFREG | EXECUTABLE) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                archive.writestr(info, text)
-            archive.writestr(RUBRIC_NAME, rubric_text)
-            archive.writestr(CONFIG_NAME, json.dumps(config, indent=2) + "\n")
-            archive.writestr(SECRET_NAME, new_course_secret())
-            archive.write(wheel_path, wheel_member)
-            members = archive.namelist()
-        os.replace(partial, out)
-    return BuildResult(out, members, rubric, config)
-
-
-# --------------------------------------------------------------------------- run
 
 
 class NoSubmission(Exception):
@@ -310,10 +186,6 @@ def find_submission(folder: Path) -> Path:
     return main_file(candidates)
 
 
-def autograder_root(root=None) -> Path:
-    return Path(root or os.environ.get(ROOT_VARIABLE) or DEFAULT_ROOT).absolute()
-
-
 def new_course_secret() -> str:
     """A course secret made when the autograder is built: the probe's sizes, ids and seed are
     drawn from it (``GradeOptions.probe_key``), so the platform's runs are not the README's
@@ -335,10 +207,6 @@ def read_config_in(folder: Path) -> tuple[dict, Rubric]:
     rubric_file = folder / config.get("rubric", RUBRIC_NAME)
     rubric = load_rubric(rubric_file) if rubric_file.is_file() else DEFAULT_RUBRIC
     return config, rubric
-
-
-def read_config(root: Path) -> tuple[dict, Rubric]:
-    return read_config_in(root / "source")
 
 
 @dataclass
@@ -405,52 +273,6 @@ def _timed(report: SubmissionReport, started: float) -> SubmissionReport:
     return report
 
 
-def metadata_path(root: Path, metadata=None) -> Path:
-    """Gradescope's ``submission_metadata.json``: ``metadata``, else
-    ``$MOCO_REF_SUBMISSION_METADATA``, else the one under the autograder's root."""
-    return Path(metadata or os.environ.get(METADATA_VARIABLE) or root / METADATA_NAME)
-
-
-def total_points_note(rubric: Rubric, path: Path) -> str:
-    """A note for the staff when the Gradescope assignment's ``total_points`` (in ``path``,
-    the submission's metadata) is not the rubric's total; "" when they agree, or when the
-    file is absent or names no total. Never shown to students."""
-    try:
-        metadata = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return ""
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        return f"note for the staff: {path.name} could not be read ({type(exc).__name__})"
-    assignment = metadata.get("assignment") if isinstance(metadata, dict) else None
-    total = assignment.get("total_points") if isinstance(assignment, dict) else None
-    try:
-        total = float(total)
-    except (TypeError, ValueError):
-        return ""
-    if abs(total - rubric.total) < 0.005:
-        return ""
-    return (f"note for the staff: the rubric's total is {rubric.total:g} points but this "
-            f"Gradescope assignment's total_points is {total:g}: scores are out of "
-            f"{rubric.total:g}; set the assignment's points or the rubric's total to match")
-
-
-def grade_in_autograder(root=None, *, metadata=None) -> RunResult:
-    """What ``run_autograder`` does: grade the submission under ``root``/submission with the
-    bundled rubric and write ``root``/results/results.json (always, even when nothing could
-    be graded). ``metadata``: Gradescope's ``submission_metadata.json`` (``metadata_path``);
-    a total that differs from the rubric's becomes a staff note (``RunResult.staff_notes``)."""
-    from moco_ref.report.lms import gradescope_results
-
-    root = autograder_root(root)
-    folder = root / "submission"
-    config, rubric = read_config(root)
-    notes = [note for note in (total_points_note(rubric, metadata_path(root, metadata)),)
-             if note]
-    report, problem = grade_folder(folder, config, rubric)
-    data = gradescope_results(report, rubric=rubric, submission_root=folder.absolute())
-    return RunResult(report, write_results(root, data), data, problem, notes)
-
-
 def grader_failure_report(seconds: float = 0.0) -> SubmissionReport:
     """The report of a run in which the grader itself failed: not gradable, and what the
     student reads says so (the traceback goes to the staff's log, not to the student)."""
@@ -467,11 +289,3 @@ def write_results(root: Path, data: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps_strict(data), encoding="utf-8")
     return path
-
-
-def write_failure_results(root=None, seconds: float = 0.0) -> Path:
-    """A valid results.json saying that the autograder itself failed."""
-    from moco_ref.report.lms import gradescope_results
-
-    return write_results(autograder_root(root), gradescope_results(
-        grader_failure_report(seconds)))

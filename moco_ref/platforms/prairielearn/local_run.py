@@ -1,9 +1,9 @@
-"""Try a PrairieLearn package (``moco_ref.tools.prairielearn``) here, as PrairieLearn would
+"""Try a PrairieLearn package (``packager``) here, as PrairieLearn would
 run it: lay out a ``/grade``-shaped tree (``data/data.json``, ``student/``, ``tests/``,
 ``results/``) in a temporary folder, run the entrypoint with ``$MOCO_REF_GRADE_ROOT``
 pointing there — optionally as Docker's default profile runs a container
 (``moco_ref.tools.default_container``) — and validate ``results/results.json`` against
-PrairieLearn's documented format (``moco_ref.report.lms.prairielearn_problems``).
+PrairieLearn's documented format (``writer.prairielearn_problems``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from moco_ref.tools.autograder import PYTHON_VARIABLE, AutograderError
-from moco_ref.tools.autograder_try import TryResult, run_and_validate
-from moco_ref.tools.prairielearn import ENTRYPOINT_NAME, GRADE_ROOT_VARIABLE
+from moco_ref.platforms.course import PYTHON_VARIABLE, PlatformError
+from moco_ref.platforms.local_run import TryResult, run_and_validate
+from moco_ref.platforms.prairielearn.packager import ENTRYPOINT_NAME, GRADE_ROOT_VARIABLE
+from moco_ref.platforms.prairielearn.writer import prairielearn_problems
 
 _EXECUTABLE = 0o755
 
@@ -29,10 +30,10 @@ PLTry = TryResult  # the same outcome: what the entry did and what its results l
 def _package_tests(outdir: Path) -> Path:
     tests = outdir / "question" / "tests"
     if not outdir.is_dir():
-        raise AutograderError(f"no such folder: {outdir} (write it with `moco-ref "
+        raise PlatformError(f"no such folder: {outdir} (write it with `moco-ref "
                               "prairielearn build OUTDIR`)")
     if not (tests / ENTRYPOINT_NAME).is_file() or not (outdir / "question/info.json").is_file():
-        raise AutograderError(f"{outdir} holds no question/info.json and question/tests/"
+        raise PlatformError(f"{outdir} holds no question/info.json and question/tests/"
                               f"{ENTRYPOINT_NAME}: not a package `prairielearn build` wrote")
     return tests
 
@@ -40,16 +41,16 @@ def _package_tests(outdir: Path) -> Path:
 def _checked_submissions(submissions) -> list[Path]:
     paths = [Path(s) for s in submissions]
     if not paths:
-        raise AutograderError("give at least one SUBMISSION (a file or a folder)")
+        raise PlatformError("give at least one SUBMISSION (a file or a folder)")
     names: dict[str, Path] = {}
     for path in paths:
         if not path.exists():
-            raise AutograderError(f"no such file or folder: {path}")
+            raise PlatformError(f"no such file or folder: {path}")
         inside = [p.relative_to(path) for p in path.rglob("*") if p.is_file()] \
             if path.is_dir() else [Path(path.name)]
         for name in inside:
             if name.as_posix() in names:
-                raise AutograderError(f"two submission files would both be student/{name}")
+                raise PlatformError(f"two submission files would both be student/{name}")
             names[name.as_posix()] = path
     return paths
 
@@ -87,8 +88,6 @@ def try_prairielearn(outdir, submissions, *, keep=None, timeout: float | None = 
     ``isolation`` reaches the grading as ``$MOCO_REF_ISOLATION``; ``default_container``
     runs the entrypoint as Docker's default profile would (``tools.default_container``:
     root without CAP_SYS_ADMIN, namespaces refused)."""
-    from moco_ref.report.lms import prairielearn_problems
-
     outdir = Path(outdir)
     tests_source = _package_tests(outdir)
     paths = _checked_submissions(submissions)
@@ -98,7 +97,7 @@ def try_prairielearn(outdir, submissions, *, keep=None, timeout: float | None = 
     if keep is not None:
         root = Path(keep).absolute()
         if root.exists() and (not root.is_dir() or any(root.iterdir())):
-            raise AutograderError(f"--keep {root} is not an empty folder")
+            raise PlatformError(f"--keep {root} is not an empty folder")
         root.mkdir(parents=True, exist_ok=True)
         return _try_in(root, tests_source, paths, timeout, isolation, default_container,
                        prairielearn_problems)
