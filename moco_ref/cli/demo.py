@@ -32,6 +32,10 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--board", metavar="DIR", default="moco-ref-demo",
                         help=f"where the full scoreboard goes ({BOARD_FILE}; default "
                              "./moco-ref-demo)")
+    parser.add_argument("--write", action="append", default=[], metavar="NAME",
+                        help="also write each example's report with this writer of grade "
+                             "--write (e.g. feedback-html, gradescope) into --board; "
+                             "repeatable")
     parser.add_argument("--json", action="store_true", help="print JSON to stdout, no table")
     parser.add_argument(
         "--verbose", action="store_true", help="also print every example's full report"
@@ -63,6 +67,12 @@ def run_demo_command(args: argparse.Namespace) -> int:
         examples = load_manifest(manifest)
     except DemoError as exc:
         return usage_error(str(exc))
+    from moco_ref.platforms import writers
+
+    table = writers()
+    unknown = [name for name in args.write if name not in table]
+    if unknown:
+        return usage_error(f"--write {unknown[0]}: no such output (outputs: {', '.join(table)})")
     refusal = isolation_refusal(args.isolation)
     if refusal:
         return usage_error(refusal)
@@ -95,9 +105,24 @@ def run_demo_command(args: argparse.Namespace) -> int:
     if args.verbose:
         print_reports([outcome.report for outcome in outcomes], options)
     board = _write_board(rows, Path(args.board))
+    _write_reports(outcomes, [table[name] for name in args.write], options, Path(args.board))
     for line in demo_lines(outcomes, rows, options, board, every=len(chosen) <= MAX_BOARD):
         print(line)
     return EXIT_OK if all_expected else EXIT_BELOW
+
+
+def _write_reports(outcomes, chosen_writers, options, folder: Path) -> None:
+    """Each example's files in ``folder``, named after the example (``bug_no_mask.py`` →
+    ``bug_no_mask<suffix>``)."""
+    from moco_ref.report.writers import Writing
+
+    if not chosen_writers:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    for outcome in outcomes:
+        for writer in chosen_writers:
+            (folder / writer.own_name(outcome.report)).write_text(
+                writer.render(outcome.report, Writing(options)), encoding="utf-8")
 
 
 MAX_BOARD = 40  # more examples than this (--all): only the unexpected ones get a line

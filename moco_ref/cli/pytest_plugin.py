@@ -43,6 +43,10 @@ def pytest_addoption(parser) -> None:
                     help=PLUGIN_ISOLATION_HELP)
     group.addoption("--moco-rubric", metavar="FILE", default=None,
                     help="the course's points per family or check (TOML), as grade --rubric")
+    group.addoption("--moco-write", action="append", default=[], metavar="NAME=FILE",
+                    help="also write the implementation's report with this writer of grade "
+                         "--write (json, junit, text, feedback-html, feedback-md, gradescope, "
+                         "prairielearn, …) to FILE; repeatable")
 
 
 def _isolation_modes() -> tuple[str, ...]:
@@ -81,6 +85,7 @@ def pytest_configure(config) -> None:
         expand_targets([_target(config)])
     except TargetError as exc:
         raise pytest.UsageError(f"--moco-impl: {exc}") from None
+    _write_requests(config)
 
 
 def pytest_report_header(config):
@@ -163,6 +168,38 @@ def pytest_terminal_summary(terminalreporter, config) -> None:
     terminalreporter.section("moco-ref")
     for line in header_lines(report):
         terminalreporter.write_line(line)
+    for name, path in _written(config, report):
+        terminalreporter.write_line(f"{name} written to {path}")
+
+
+def _write_requests(config) -> list[tuple[object, Path]]:
+    """``--moco-write NAME=FILE`` as (writer, path); ``pytest.UsageError`` for a bad one."""
+    from moco_ref.platforms import writers
+
+    table, requests = writers(), []
+    for item in config.getoption("moco_write") or ():
+        name, _, path = item.partition("=")
+        if name not in table or not path:
+            raise pytest.UsageError(f"--moco-write {item}: give NAME=FILE, NAME one of "
+                                    f"{', '.join(table)}")
+        requests.append((table[name], Path(config.invocation_params.dir) / path))
+    return requests
+
+
+def _written(config, report) -> list[tuple[str, Path]]:
+    from moco_ref.judge.rubric import DEFAULT_RUBRIC, load_rubric
+    from moco_ref.report.writers import Writing
+
+    rubric_path = config.getoption("moco_rubric")
+    rubric = (load_rubric(Path(config.invocation_params.dir) / rubric_path) if rubric_path
+              else DEFAULT_RUBRIC)
+    writing = Writing(_options(config), rubric)
+    written = []
+    for writer, path in _write_requests(config):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(writer.render(report, writing), encoding="utf-8")
+        written.append((writer.name, path))
+    return written
 
 
 class MocoImplementation(pytest.File):

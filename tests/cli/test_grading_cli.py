@@ -161,13 +161,16 @@ def test_demo_compares_verdicts_with_the_manifest(tmp_path, capsys, monkeypatch)
          "expected_failed_families": ["warmup"], "bug": "queue keeps the oldest"},
     ]}))
     monkeypatch.chdir(tmp_path)
-    assert main(["demo", "--manifest", str(manifest), "-j", "2"]) == 0
+    assert main(["demo", "--manifest", str(manifest), "-j", "2", "--write", "junit"]) == 0
     out = capsys.readouterr().out
     assert "2/2 verdicts as expected" in out.splitlines()[-1]
     assert "✓ fifo_oldest.py" in out and "fails warmup → fails warmup (2/3)" in out
     board = tmp_path / "moco-ref-demo" / "scoreboard.txt"
     assert str(board.relative_to(tmp_path)) in out.splitlines()[-1]
     assert "queue keeps the oldest" in board.read_text(encoding="utf-8")
+    junit = (tmp_path / "moco-ref-demo" / "fifo_oldest.junit.xml").read_text(encoding="utf-8")
+    assert 'failures="1"' in junit and "W1-warmup-fifo" in junit  # the demo takes writers
+    assert (tmp_path / "moco-ref-demo" / "correct.junit.xml").is_file()
 
 
 def test_demo_verdicts():

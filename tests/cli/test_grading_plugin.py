@@ -3,6 +3,7 @@ selects, verdicts are reported as they are (never "passed" for a check that did 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -82,10 +83,25 @@ def test_collect_only_lists_the_checks_without_grading(pytester, run_pytest, mon
 def test_families_are_markers_and_junit_has_points(pytester, run_pytest):
     write(pytester.path, "student_moco.py", BAD_FIFO_WARMUP)
     junit = pytester.path / "junit.xml"
-    result = run_pytest("--moco-impl=student_moco.py", "-m", "warmup", f"--junitxml={junit}")
+    result = run_pytest("--moco-impl=student_moco.py", "-m", "warmup", f"--junitxml={junit}",
+                        "--moco-write=gradescope=out/results.json",
+                        "--moco-write=json=out/report.json")
     result.assert_outcomes(failed=1, passed=1, deselected=1)  # W1 and W2 are warmup checks
     xml = junit.read_text()
     assert 'name="points"' in xml and 'name="submission" value="student_moco.py"' in xml
+    # the plugin takes writers as grade does: the student's results, from the same grading
+    results = json.loads((pytester.path / "out" / "results.json").read_text())
+    status = {test["name"].split(":")[0]: test["status"] for test in results["tests"]}
+    assert status["W1-warmup-fifo"] == "failed" and status["W2-warmup-ema"] == "passed"
+    report = json.loads((pytester.path / "out" / "report.json").read_text())["reports"][0]
+    assert report["submission"].endswith("student_moco.py")
+
+
+def test_an_unknown_writer_is_a_usage_error(pytester, run_pytest):
+    write(pytester.path, "student_moco.py", BAD_FIFO_WARMUP)
+    result = run_pytest("--moco-impl=student_moco.py", "--moco-write=nope=x.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--moco-write nope=x.json" in result.stderr.str()
 
 
 def test_under_xdist_the_implementation_is_graded_once(monkeypatch, tmp_path):
