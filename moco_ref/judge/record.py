@@ -1,7 +1,8 @@
 """What every observation record must be before anything in it is believed, whatever its
-style: plain data, bounded, dense tensors only, and only the keys its ``probe.schema`` type
-names. The style-specific checks against the probe the grader ran are in ``lab_record``,
-``components_record`` and ``builder_record``; ``styles.validate_part`` runs them.
+style: within the wall's rule (``probe.wall.WALL.check``: plain data, bounded, dense tensors
+only), and only the keys its ``probe.schema`` type names. The style-specific checks against
+the probe the grader ran are in ``lab_record``, ``components_record`` and
+``builder_record``; ``styles.validate_part`` runs them.
 
 The record comes from the submission's process, which the submission controls: it can patch
 the observer, empty its lists, or write a record of its own. The judge recomputes every
@@ -27,8 +28,7 @@ import time
 import torch
 
 from moco_ref.probe import schema
-
-MAX_PART_TENSOR_BYTES = 512 * 2**20  # far above what any probe records
+from moco_ref.probe.wall import WallViolation
 
 
 class GraderOutOfTime(RuntimeError):
@@ -57,8 +57,9 @@ def in_time() -> None:
         raise GraderOutOfTime("the grader's time for checking the observations ran out")
 
 
-class Invalid(ValueError):
-    pass
+# A record the judge refuses, for the wall's rule (``probe.wall.WALL.check``) or a style's
+# checks: one exception, so every ``except Invalid`` catches both.
+Invalid = WallViolation
 
 
 def need(condition: bool, message: str) -> None:
@@ -98,49 +99,6 @@ def entries(value, record_type: type, where: str) -> dict:
 
 def text_or_none(value, where: str) -> None:
     need(value is None or isinstance(value, str), f"{where} is neither text nor None")
-
-def plain(value, where: str, *, tensor_bytes: list[int] | None = None, types: bool = True,
-           depth: int = 0) -> None:
-    """One walk of a part, not nested absurdly deep. With ``types``: only plain data. With
-    ``tensor_bytes`` (a running total): every tensor an ordinary strided one whose elements
-    all lie in bytes that were sent (no stride-0 expansion, no overlapping view that
-    multiplies its storage), all of them together within ``MAX_PART_TENSOR_BYTES`` — the
-    walk done before any work is done on a part."""
-    need(depth <= 24, f"{where} is nested too deep")
-    if type(value) is torch.Tensor:
-        if tensor_bytes is not None:
-            dense(value, where, tensor_bytes)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            need(not types or isinstance(key, (str, int)),
-                  f"{where} has a key of type {type(key).__name__}")
-            plain(item, where, tensor_bytes=tensor_bytes, types=types, depth=depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            plain(item, where, tensor_bytes=tensor_bytes, types=types, depth=depth + 1)
-    elif types and not (value is None or isinstance(value, (bool, int, float, str))):
-        raise Invalid(f"{where} holds a {type(value).__name__}")
-
-def dense(tensor: torch.Tensor, where: str, tensor_bytes: list[int]) -> None:
-    need(tensor.layout == torch.strided and not tensor.is_quantized,
-          f"{where} holds a {tensor.layout} tensor")
-    logical = tensor.numel() * tensor.element_size()
-    stored = tensor.untyped_storage().nbytes()
-    need(logical <= stored and (tensor.numel() <= 1 or tensor.is_contiguous() or all(
-        stride > 0 or size == 1 for size, stride in zip(tensor.shape, tensor.stride()))),
-        f"{where} holds a tensor of shape {list(tensor.shape)} that is not dense "
-        f"({logical} bytes of elements over {stored} bytes sent)")
-    tensor_bytes[0] += logical
-    need(tensor_bytes[0] <= MAX_PART_TENSOR_BYTES,
-          f"{where} holds more than {MAX_PART_TENSOR_BYTES} bytes of tensors")
-
-
-def check_plain(data, meta) -> None:
-    """The walk done before any work on a part: plain containers, dense tensors, bounded."""
-    need(isinstance(meta, dict), "the record's shared entries are not a dict")
-    plain(data, "the part", tensor_bytes=[0], types=False)
-    plain(meta, "the record's shared entries", tensor_bytes=[0], types=False)
-
 
 def validate_warmup(data) -> None:
     entries(data, schema.WarmupRecord, "moco_warmup's record")

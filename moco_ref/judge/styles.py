@@ -16,17 +16,11 @@ from moco_ref.judge.components_evidence import ComponentsEvidence
 from moco_ref.judge.components_record import validate_components_part
 from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.lab_record import validate_lab_part
-from moco_ref.judge.record import (
-    GraderOutOfTime,
-    Invalid,
-    check_plain,
-    checking_until,
-    need,
-    plain,
-)
+from moco_ref.judge.record import GraderOutOfTime, Invalid, checking_until, need
 from moco_ref.probe.cases import cases_fingerprint, component_cases, default_lab_probe
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.styles import COMPONENTS, OBSERVED_STYLES, ObservedStyle
+from moco_ref.probe.wall import WALL
 
 
 @dataclass(frozen=True)
@@ -86,9 +80,11 @@ def validate_part(style: str, name: str, data, meta, options: GradeOptions, *,
         with torch.random.fork_rng(devices=[]), checking_until(deadline):
             known = JUDGED_STYLES.get(style)
             need(known is not None, f"no style {style!r} is judged")
-            check_plain(data, meta)
+            need(isinstance(meta, dict), "the record's shared entries are not a dict")
+            WALL.check(data, "the part", types=False)  # before any work is done on the part
+            WALL.check(meta, "the record's shared entries", types=False)
             known.validate(name, data, meta, options)
-            plain(data, "the part")
+            WALL.check(data, "the part", tensors=False)
     except Invalid as problem:
         return str(problem)
     except GraderOutOfTime:

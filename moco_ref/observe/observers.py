@@ -2,7 +2,8 @@
 
 ``observe(namespace, style, options)`` returns a dict made only of tensors, numbers, strings,
 bools, None, lists and dicts (it crosses a process boundary through ``torch.save`` and
-``torch.load(weights_only=True)``). Nothing here decides whether anything is right: the
+``torch.load(weights_only=True)``); what the submission returns is made so by the wall's lossy
+conversion, ``probe.wall.WALL.sanitized``. Nothing here decides whether anything is right: the
 record is judged in the grader's process (``judge``), by recomputation with the reference.
 
 Whatever the submission raises is caught per part and recorded as a traceback string, so the
@@ -43,9 +44,9 @@ from moco_ref.probe.schema import (
 )
 from moco_ref.probe.styles import COMPONENTS, OBSERVED_STYLES
 from moco_ref.probe.threads import one_thread
+from moco_ref.probe.wall import WALL
 
 OBSERVATION_FORMAT = 1
-MAX_LIST = 10_000  # longest list kept when sanitizing a returned value
 
 
 def observe(namespace: dict, style: str, options: GradeOptions) -> dict:
@@ -60,39 +61,6 @@ def observe(namespace: dict, style: str, options: GradeOptions) -> dict:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def sanitize(value, depth: int = 0):
-    """``value`` as plain data: tensors (detached CPU copies), numbers, strings, bools, None,
-    lists and string-keyed dicts; anything else becomes ``{"__type__", "__repr__"}``."""
-    if depth > 8:
-        return {"__type__": type(value).__name__, "__repr__": "<nested too deep>"}
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu()
-        if type(tensor) is not torch.Tensor:
-            tensor = tensor.as_subclass(torch.Tensor)
-        return tensor.clone()
-    try:
-        import numpy
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        numpy = None
-    if numpy is not None and isinstance(value, numpy.generic):
-        return sanitize(value.item(), depth + 1)
-    if numpy is not None and isinstance(value, numpy.ndarray):
-        if value.dtype.kind in "biuf":
-            return torch.from_numpy(numpy.array(value))
-        return sanitize(value.tolist(), depth + 1)
-    if isinstance(value, dict):
-        return {str(k): sanitize(v, depth + 1) for k, v in list(value.items())[:MAX_LIST]}
-    if isinstance(value, (list, tuple)):
-        return [sanitize(v, depth + 1) for v in list(value)[:MAX_LIST]]
-    return {"__type__": type(value).__name__, "__repr__": repr(value)[:200]}
 
 
 def _describe(value) -> dict:
@@ -112,7 +80,7 @@ def _call_warmup(namespace: dict) -> WarmupRecord:
     if not callable(function):
         return {"defined": False, "error": "moco_warmup is not defined", "result": None}
     try:
-        return {"defined": True, "error": None, "result": sanitize(function())}
+        return {"defined": True, "error": None, "result": WALL.sanitized(function())}
     except BaseException as exc:  # noqa: BLE001 - any failure of the submission is data
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -198,7 +166,7 @@ def _returned(result, recorder: ProbeRecorder) -> Returned:
     if not isinstance(result, (tuple, list)):
         return info
     info["length"] = len(result)
-    info["items"] = [_describe(item) for item in result]
+    info["items"] = [_describe(item) for item in result[:WALL.lossy_items]]
     names = ("query", "key", "queue", "queue_ids", "history", "trace", "drift")
     values = dict(zip(names, result))
     for role in ("query", "key"):
@@ -210,7 +178,7 @@ def _returned(result, recorder: ProbeRecorder) -> Returned:
             info[f"{role}_requires_grad"] = [bool(p.requires_grad) for p in model.parameters()]
     for name in ("queue", "queue_ids", "history", "trace", "drift"):
         if name in values:
-            info[name] = sanitize(values[name])
+            info[name] = WALL.sanitized(values[name])
     drift = values.get("drift")
     if isinstance(drift, torch.Tensor) and drift.numel() == 1:
         info["drift"] = float(drift)
@@ -275,8 +243,9 @@ def _run_queue_case(KeyQueue, case) -> QueueCaseOutput:
         queue.enqueue(keys, ids)
         keys.add_(case.SCRIBBLE)  # the caller reuses its buffers; stored entries must not change
         ids.add_(case.SCRIBBLE)
-        keys_after.append(sanitize(torch.as_tensor(_read(queue, "keys"))).to(torch.float64))
-        ids_after.append(sanitize(torch.as_tensor(_read(queue, "ids"))).to(torch.int64))
+        keys = WALL.sanitized(torch.as_tensor(_read(queue, "keys")))
+        keys_after.append(keys.to(torch.float64))
+        ids_after.append(WALL.sanitized(torch.as_tensor(_read(queue, "ids"))).to(torch.int64))
         lengths.append(int(len(queue)))
     return {"keys": keys_after, "ids": ids_after, "len": lengths}
 
@@ -308,7 +277,7 @@ def _run_logits_case(contrastive_logits, case) -> LogitsCaseOutput:
     logits = contrastive_logits(
         t["q"], t["k"], t["queue_keys"], t["queue_ids"], t["ids"], case.temperature
     )
-    return {"logits": sanitize(torch.as_tensor(logits)).to(torch.float64)}
+    return {"logits": WALL.sanitized(torch.as_tensor(logits)).to(torch.float64)}
 
 
 def _run_loss_case(info_nce_loss, case) -> LossCaseOutput:

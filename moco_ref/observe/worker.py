@@ -4,9 +4,10 @@
 part (``parts``) and sends everything to the grader as frames on the observation channel
 (``channel``): a ``STAGE`` frame once the submission is loaded, then for each part a
 ``PART_START`` frame and a ``PART`` frame holding only data — tensors, numbers, strings,
-lists, dicts — and a closing ``RESULT``. Anything the submission raises, including
-``SystemExit`` and ``KeyboardInterrupt``, becomes data: at load time a "not gradable" result
-with the traceback, during a part that part's failure.
+lists, dicts, within the wall's limits (``probe.wall.WALL.plain_copy``) — and a closing
+``RESULT``. Anything the submission raises, including ``SystemExit`` and
+``KeyboardInterrupt``, becomes data: at load time a "not gradable" result with the
+traceback, during a part that part's failure.
 
 Before the submission's code runs, everything the observer needs is already imported and
 the reference-import guard (``guard``) is installed unless the options allow the import.
@@ -32,6 +33,7 @@ from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.parts import part_names
 from moco_ref.probe.source import is_module_target
 from moco_ref.probe.styles import NotASubmission
+from moco_ref.probe.wall import WALL
 
 RECORD_FORMAT = 2
 _GRADER_DIR = str(Path(__file__).resolve().parent)
@@ -78,7 +80,8 @@ def observe_streaming(target: str, options: GradeOptions, writer, *,
         started = time.perf_counter()
         try:
             entry, rest = parts_module.observe_part(loaded.namespace, style, name, options)
-            payload = {"part": name, "data": plain_data(entry), "meta": plain_data(rest)}
+            payload = {"part": name, "data": WALL.plain_copy(entry),
+                       "meta": WALL.plain_copy(rest)}
         except BaseException as exc:  # noqa: BLE001 - the part's failure is data
             payload = {"part": name, "failed": submission_traceback(exc)[-8000:]}
         timings[name] = time.perf_counter() - started
@@ -118,45 +121,6 @@ def observe_submission(target: str, options: GradeOptions) -> dict:
         elif kind == RESULT:
             out["result"] = payload
     return out
-
-
-# --------------------------------------------------------------------------- data only
-
-
-def plain_data(value, where: str = "observations"):
-    """A copy of ``value`` made only of what ``torch.load(weights_only=True)`` accepts:
-    plain tensors (detached, on the CPU, no subclass), numbers, strings, bools, None, lists,
-    tuples and dicts. Anything else is a bug in the observer and raises ``TypeError``."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu()
-        if type(tensor) is not torch.Tensor:
-            tensor = tensor.as_subclass(torch.Tensor)
-        return tensor.clone()
-    if isinstance(value, dict):
-        return {
-            plain_data(key, f"{where} key"): plain_data(item, f"{where}[{key!r}]")
-            for key, item in value.items()
-        }
-    if isinstance(value, list | tuple):
-        items = [plain_data(item, f"{where}[{index}]") for index, item in enumerate(value)]
-        return items if isinstance(value, list) else tuple(items)
-    numpy = sys.modules.get("numpy")
-    if numpy is not None and isinstance(value, numpy.generic):
-        return plain_data(value.item(), where)
-    if numpy is not None and isinstance(value, numpy.ndarray):
-        return torch.from_numpy(numpy.array(value))
-    raise TypeError(
-        f"{where} is a {type(value).__module__}.{type(value).__qualname__}; observations "
-        "must be tensors, numbers, strings, bools, None, lists, tuples or dicts"
-    )
 
 
 # --------------------------------------------------------------------------- tracebacks

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from hypothesis import strategies as st
 from torch import nn
+
+from moco_ref.probe.wall import WallRule
 
 momenta = st.one_of(st.sampled_from([0.0, 0.5, 0.9, 0.99, 0.999, 1.0]), st.floats(0.0, 1.0))
 temperatures = st.sampled_from([0.07, 0.1, 0.2, 0.5, 1.0])
@@ -132,3 +135,71 @@ def mutate_record(record: dict, mutations) -> dict:
         elif isinstance(value, (int, float)):
             _set(record, path, value * -amount if kind == "values" else value + amount)
     return record
+
+
+# --------------------------------------------------------------------------- the process wall
+# Small rules, so that drawn values often go beyond their limits; values of plain data only,
+# and values with anything a submission may return mixed in.
+
+
+@st.composite
+def wall_rules(draw):
+    """A ``probe.wall.WallRule`` with small limits (its lossy ones within its strict ones)."""
+    max_depth = draw(st.integers(2, 6))
+    max_items = draw(st.integers(2, 7))
+    max_text = draw(st.integers(8, 14))
+    return WallRule(max_depth=max_depth, max_items=max_items, max_text=max_text,
+                    max_tensor_bytes=draw(st.integers(0, 160)),
+                    lossy_depth=draw(st.integers(0, max_depth - 2)),
+                    lossy_items=draw(st.integers(0, max_items)),
+                    repr_text=draw(st.integers(0, max_text)))
+
+
+@st.composite
+def small_tensors(draw) -> torch.Tensor:
+    """A plain tensor of up to 27 elements, of one of five dtypes, sometimes transposed."""
+    dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.int64, torch.uint8,
+                                  torch.bool]))
+    tensor = torch.ones(draw(st.lists(st.integers(0, 3), max_size=3)), dtype=dtype)
+    return tensor.mT if tensor.ndim >= 2 and draw(st.booleans()) else tensor
+
+
+def _nested(leaves, keys):
+    return st.recursive(leaves, lambda inner: st.one_of(
+        st.lists(inner, max_size=8),
+        st.lists(inner, max_size=8).map(tuple),
+        st.dictionaries(keys, inner, max_size=8),
+    ), max_leaves=40)
+
+
+_plain_leaves = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
+                          st.text(max_size=16), small_tensors())
+
+plain_values = _nested(_plain_leaves, st.one_of(st.text(max_size=16), st.integers()))
+
+
+class _LongRepr:
+    def __repr__(self) -> str:
+        return "a long repr " * 40
+
+
+_odd_leaves = st.one_of(
+    st.complex_numbers(max_magnitude=10, allow_nan=False),
+    st.builds(object),
+    st.builds(_LongRepr),
+    st.binary(max_size=4),
+    st.frozensets(st.integers(), max_size=3),
+    st.floats(width=32).map(np.float32),
+    st.integers(-9, 9).map(np.int64),
+    st.booleans().map(np.bool_),
+    st.lists(st.floats(width=32), max_size=5).map(lambda xs: np.array(xs, np.float32)),
+    st.lists(st.text(max_size=3), max_size=3).map(lambda xs: np.array(xs, dtype=object)),
+    small_tensors().map(lambda t: torch.nn.Parameter(t, requires_grad=False)),
+    st.builds(lambda: torch.zeros(2, 3).to_sparse()),
+)
+
+
+any_values = _nested(
+    st.one_of(_plain_leaves, _odd_leaves),
+    st.one_of(st.text(max_size=16), st.integers(), st.none(), st.floats(allow_nan=False),
+              st.tuples(st.integers())))

@@ -18,7 +18,7 @@ from moco_ref.observe.loader import (
     load_submission,
     strip_ipython,
 )
-from moco_ref.observe.worker import observe_submission, plain_data
+from moco_ref.observe.worker import observe_submission
 from moco_ref.probe.options import GradeOptions
 from moco_ref.run.targets import TargetError, expand_targets
 from tests.helpers.grading_stubs.fixtures import GOOD_WARMUP, stubbed, write  # noqa: F401 - fixture
@@ -286,15 +286,6 @@ def test_worker_record_holds_plain_observations(tmp_path):
     assert warmup["data"]["result"]["FIFO"] == ["c", "d", "e", "f"]
     assert warmup["meta"]["probe"]["seed"] == 7  # the record's shared entries travel along
     assert training["data"] == {"defined": False, "error": "not observed by the stand-in"}
-
-
-def test_plain_data_converts_or_refuses():
-    parameter = torch.nn.Parameter(torch.ones(2))
-    data = plain_data({"p": parameter, "a": np.arange(2), "n": np.float32(0.5), "t": (1, None)})
-    assert type(data["p"]) is torch.Tensor and not data["p"].requires_grad
-    assert torch.equal(data["a"], torch.arange(2)) and data["n"] == 0.5 and data["t"] == (1, None)
-    with pytest.raises(TypeError, match=r"observations\['bad'\]\[0\] is a builtins.object"):
-        plain_data({"bad": [object()]})
 
 
 # --------------------------------------------------------------------------- what students hand in

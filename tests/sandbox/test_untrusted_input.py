@@ -9,10 +9,11 @@ import zipfile
 import pytest
 import torch
 
-from moco_ref.judge.record import MAX_PART_TENSOR_BYTES, Invalid, plain
+from moco_ref.judge.record import Invalid
 from moco_ref.judge.untrusted import clean_text
 from moco_ref.observe import channel
 from moco_ref.probe.options import GradeOptions
+from moco_ref.probe.wall import WALL
 
 
 @pytest.mark.parametrize(
@@ -53,9 +54,8 @@ def _round_trip(value):
 def test_dense_tensors_and_views_of_what_was_sent_pass():
     base = torch.randn(6, 4)
     sent = {"t": base.T, "slice": base[2:], "empty": torch.empty(0, 3)}
-    counted = [0]
-    plain(_round_trip(sent), "x", tensor_bytes=counted)  # raises Invalid when refused
-    assert counted == [(24 + 16 + 0) * 4]  # each tensor's own elements, float32
+    counted = WALL.check(_round_trip(sent), "x")  # raises Invalid when refused
+    assert counted == (24 + 16 + 0) * 4  # each tensor's own elements, float32
 
 
 @pytest.mark.parametrize(
@@ -63,13 +63,13 @@ def test_dense_tensors_and_views_of_what_was_sent_pass():
     [
         (lambda: torch.zeros(1, 24).expand(10**6, 24), "not dense"),
         (lambda: torch.zeros(1100).as_strided((1000, 24), (1, 1)), "not dense"),
-        (lambda: [torch.zeros(MAX_PART_TENSOR_BYTES // 8 // 4 + 1, dtype=torch.float64)[None]
+        (lambda: [torch.zeros(WALL.max_tensor_bytes // 8 // 4 + 1, dtype=torch.float64)[None]
                   .expand(1, -1)] * 5, "more than"),
     ],
 )
 def test_expanded_or_amplified_tensors_are_refused_before_any_work(make, problem):
     with pytest.raises(Invalid, match=problem):
-        plain(_round_trip({"part": make()}), "the part", tensor_bytes=[0])
+        WALL.check(_round_trip({"part": make()}), "the part")
 
 
 def test_a_frame_whose_archive_inflates_is_refused():
