@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 
 from moco_ref import selfcheck
 from moco_ref.judge.rubric import rubric_from_mapping
@@ -15,6 +16,7 @@ def _notebook_history(name: str) -> list[str]:
             "import moco_ref.selfcheck\nmoco_ref.selfcheck.run(globals())"]
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_the_cells_the_notebook_ran_are_graded_as_a_submission(capsys, tmp_path,
                                                               monkeypatch):
     monkeypatch.chdir(tmp_path)  # outside IPython the page is written here

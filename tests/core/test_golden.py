@@ -131,6 +131,7 @@ def test_the_trajectory_meets_collisions_and_wraps():
     assert any(recurring)
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_check_reports_missing_unused_and_changed_values(produced_once, tmp_path):
     shutil.copytree(golden.DEFAULT_DIR, tmp_path, dirs_exist_ok=True)
     (tmp_path / "warmup.json").unlink()
@@ -217,6 +218,7 @@ def test_update_requires_a_reason(tmp_path):
         golden.update("  ", tmp_path)
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_digits_golden_is_reproduced_by_the_paper_order():
     """Route: the other step order (I6) reproduces the stored float32 run within its
     stated tolerance; queue ids exactly."""

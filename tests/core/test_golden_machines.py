@@ -68,6 +68,7 @@ def _golden_check(threads: int, capability: str) -> None:
     assert report.rstrip().endswith("all hold"), report
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_goldens_hold_on_one_thread_and_the_plain_kernels():
     _golden_check(1, "DEFAULT")
 

@@ -112,6 +112,7 @@ PROBE_EXAMPLES = ["correct_lab_order.py", "correct_ring_buffer.py", "bug_queue_k
                   "bug_no_mask.py", "bug_stale_ema_order.py"]
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 @pytest.mark.parametrize("name", PROBE_EXAMPLES)
 def test_verdicts_hold_for_other_probes(name):
     """The probe's sizes are the harness's choice, not the verdict's: other probes drawn from

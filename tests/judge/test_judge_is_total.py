@@ -79,6 +79,7 @@ def test_pipeline_judging_of_a_mutated_record_is_total(recorded, mutations):
     assert not [r.check_id for r in results if _own_exception(r)], mutations
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 @_FEW
 @given(mutations=record_mutations())
 def test_judging_an_unvalidated_mutated_record_is_total(recorded, mutations):

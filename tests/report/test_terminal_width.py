@@ -117,6 +117,7 @@ def test_a_long_rerun_command_breaks_into_shell_continuations():
         "rerun: moco-ref grade a.py --check I3"]
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_grade_piped_prints_80_columns_and_tells_a_crash_once():
     """The command itself, its output piped: the summary table fits 80 columns (it was 120
     wide), the lab-irrelevant checks are one line, the crash one line."""

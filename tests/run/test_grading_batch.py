@@ -181,6 +181,7 @@ def test_grade_command_in_batch(folder, tmp_path, capsys):
     assert main(["grade", str(folder), "--shard", "4/3"]) == 2
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_reports_are_deterministic_with_the_real_harness():
     """The same submission, graded twice in fresh processes, gives the same report."""
     for name in ("correct_lab_order.py", "bug_queue_keeps_oldest.py", "components_correct.py"):

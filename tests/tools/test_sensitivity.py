@@ -176,6 +176,7 @@ def test_mutants_that_do_not_compile_are_discarded():
         compile(mutant.source, "<mutant>", "exec")
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_the_equivalents_file_names_mutants_of_its_files():
     entries = sensitivity.load_equivalents(EQUIVALENTS)
     assert entries
@@ -256,6 +257,7 @@ def test_kill_rate_and_report_from_stubbed_grading(tmp_path):
     assert data["killed_equivalents"][0]["killed_by"] == ["I3-fifo-keeps-newest"]
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_hand_picked_mutants_graded_end_to_end(tmp_path, capsys):
     """Through the real grader (the sandbox), ``-j 2``: dropping the minus of ``-capacity:``
     keeps the oldest keys and is killed, and so is the EMA with its arguments swapped;
