@@ -330,6 +330,18 @@ class LabEvidence:
 
     keys_from_query_encoder = False  # set by ``steps``: the returned key encoder never ran
 
+    @property
+    def query_never_trained(self) -> bool:
+        """Whether θq never changed over the run while the key encoder started as its copy:
+        then an EMA toward θq leaves θk where it was, and the EMA cannot be seen."""
+        steps = self.steps
+        if len(steps) < 2:
+            return False
+        first = steps[0]
+        return (all(torch.equal(step.query_params, first.query_params) for step in steps[1:])
+                and first.key_params.shape == first.query_params.shape
+                and torch.allclose(first.key_params, first.query_params, rtol=0, atol=1e-7))
+
     def require_key_encoder_used(self) -> None:
         """``CheckFailure`` when the keys were encoded by the query encoder (the key encoder
         ``train_moco`` returned never ran on an image), said in those words."""

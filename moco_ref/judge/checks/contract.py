@@ -127,6 +127,7 @@ def contract_batch_size_lab(ev: LabEvidence) -> str | None:
     size (``--expect-batch-size``) that is the largest batch."""
     size = ev.batch_size
     train = set(ev.require_run()["train"].tolist())
+    _fail_epochs_without_steps(ev)
     sizes_seen = set()
     for epoch in range(ev.epochs_observed):
         steps = [s for s in ev.steps if s.epoch == epoch]
@@ -151,6 +152,32 @@ def contract_batch_size_lab(ev: LabEvidence) -> str | None:
     if len(sizes_seen) > 2:
         return f"batches of {', '.join(map(str, sorted(sizes_seen, reverse=True)))}"
     return f"batch size {size}"
+
+
+def _fail_epochs_without_steps(ev: LabEvidence) -> None:
+    """The probe asks for ``epochs`` epochs; steps seen in fewer are told by what history
+    says of the loop: one entry per asked epoch means the loop ran but found no batch (an
+    iterator or generator made once, before it, used up by the first epoch); fewer entries
+    mean the loop itself ran fewer times."""
+    requested, observed = ev.probe.epochs, ev.epochs_observed
+    if observed >= requested:
+        return
+    history = ev.returned.get("history")
+    entries = len(history) if isinstance(history, list) else 0
+    steps = len(ev.steps)
+    later = f"epoch {observed}" if requested - observed == 1 else \
+        f"epochs {observed}–{requested - 1}"
+    if entries == requested:
+        fail(f"the batches come from one iterator or generator made before the epoch loop: the "
+             f"first epoch uses it up, so {later} run no step (their history entries are means "
+             "of nothing)", where=f"from epoch {observed} on",
+             expected=f"a fresh pass over the training ids in each of the {requested} epochs "
+                      "(make the batches inside the epoch loop)",
+             got=f"{steps} steps, all in the first {observed} epoch(s); {later} trained nothing")
+    fail(f"train_moco trains {observed} epoch(s), not the {requested} it is asked for (its "
+         "epochs argument is not what bounds the loop)", where="over the run",
+         expected=f"{requested} epochs (the probe passes epochs={requested})",
+         got=f"{steps} steps in {observed} epoch(s), history of {entries} entries")
 
 
 HISTORY_EPOCH_MEANS = check(
@@ -620,6 +647,8 @@ def _fail_untrained_parameters(ev: LabEvidence) -> None:
                     for earlier, later in zip(steps, steps[1:]))
         if reached and not moved:
             untrained.append(name)
+    if untrained and ev.query_never_trained:
+        _fail_query_never_trained(gradients, len(steps))
     if untrained:
         fail("part of the query model is never trained: the loss's gradient reaches these "
              "parameters but no step updates them (the optimizer is built over part of the "
@@ -628,3 +657,28 @@ def _fail_untrained_parameters(ev: LabEvidence) -> None:
              expected="every parameter of the query model the loss reaches updated "
                       "(optimizer over query.parameters())",
              got="never updated: " + ", ".join(untrained))
+
+
+def _fail_query_never_trained(gradients, steps: int) -> None:
+    """No parameter of the query model ever changed although the loss's gradient reached it:
+    nothing is learned, so the loss (I8) is charged with it, as for accumulated gradients.
+    Told apart by what ``.grad`` held when the next step began: nothing (or zeros) means the
+    gradient was cleared before ``step()`` could use it."""
+    reached = [item for item in gradients if float(item.fresh.abs().max()) > 0]
+    cleared = bool(reached) and all(
+        item.after is None or float(item.after.abs().max()) == 0 for item in reached)
+    if cleared:
+        fail("the query model never trains: its gradients are cleared between loss.backward() "
+             "and optimizer.step() (optimizer.zero_grad() or .grad = None after backward), so "
+             "every step updates nothing", where=f"over the {steps} steps",
+             expected="zero_grad(), then loss.backward(), then optimizer.step(): θq moves by "
+                      "the loss's gradient",
+             got=f"θq unchanged at every step; .grad empty when the next step began, at each "
+                 f"of the {len(reached)} steps whose gradient reached θq",
+             details={"disables": ["I8"]})
+    fail("the query model never trains: optimizer.step() changes none of its parameters (no "
+         "step() call, an optimizer over other parameters, or a learning rate of 0)",
+         where=f"over the {steps} steps",
+         expected="θq moved by the loss's gradient at each optimizer step",
+         got="θq unchanged at every step while the loss's gradient reached it",
+         details={"disables": ["I8"]})

@@ -68,6 +68,9 @@ def i6_ema_uses_current_query(ev: LabEvidence) -> str | None:
     before the optimizer step (e.g. placed between the key forward and the update, or after
     the key forward inside ``forward``) is neither order."""
     ema = ev.ema
+    if ema.uses == "none" and isinstance(ev, LabEvidence) and ev.query_never_trained:
+        raise NotJudged("contract-fresh-gradients", "the query encoder never changed, so no "
+                        "EMA update was seen whose place in the step could be judged")
     if ema.uses == "none":
         # no EMA at all is I7's charge: there is no update whose place in the step was seen
         raise NotJudged("I7-ema-law", "the key encoder never moved, so no EMA update was seen "

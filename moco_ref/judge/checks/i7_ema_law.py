@@ -10,6 +10,7 @@ import torch
 from moco_ref.core.momentum import momentum_update
 from moco_ref.judge.assertions import (
     CheckFailure,
+    NotJudged,
     fail,
     fmt_values,
     require,
@@ -75,6 +76,24 @@ def _with_ema_trace(judge):
     return judged
 
 
+def _skipped_misconception(names: list[str]) -> str:
+    """What the EMA's skipped parameters say about how it was written."""
+    if all(name.rsplit(".", 1)[-1] == "bias" for name in names):
+        return ("the EMA skipped the biases: it runs over the weights only (a state_dict "
+                "filtered by \"weight\", or p.dim() > 1), so every bias keeps its initial value")
+    heads = {name.split(".", 1)[0] for name in names}
+    return (f"the EMA skipped part of the model ({', '.join(sorted(heads))}): it runs over "
+            "some modules only (e.g. the encoder's parameters, not the projection head's)")
+
+
+def _require_query_moved(ev) -> None:
+    """A key encoder that never moved says nothing of its EMA when θq never moved either (and
+    θk started as its copy): ``NotJudged``, the query's training carrying the explanation."""
+    if isinstance(ev, LabEvidence) and ev.query_never_trained:
+        raise NotJudged("contract-fresh-gradients", "the query encoder never changed, so an "
+                        "EMA toward it leaves the key encoder where it was")
+
+
 EMA_LAW = check(
     "I7-ema-law",
     "θk ← m·θk + (1 − m)·θq over all parameters, one m",
@@ -95,6 +114,8 @@ def i7_ema_law(ev: LabEvidence) -> str | None:
     if isinstance(ev, LabEvidence):
         ev.require_key_encoder_used()
     ema = ev.ema
+    if ema.uses == "none":
+        _require_query_moved(ev)
     if ema.uses == "none":  # m = 1 fits trivially, but it is no moving average at all
         fail("the key encoder never moved: no EMA update was applied", where="over the whole run",
              expected="θk ← m·θk + (1 − m)·θq between key forwards, moving θk toward θq",
@@ -114,10 +135,9 @@ def i7_ema_law(ev: LabEvidence) -> str | None:
                  got=f"keys encoded by another model copy from step {t} on (e.g. key = "
                      "copy.deepcopy(query)), which drops the momentum history")
         if update.skipped:
-            fail("the EMA skipped some parameters", where=where,
+            fail(_skipped_misconception(update.skipped), where=where,
                  expected=f"every parameter to follow θk ← m·θk + (1 − m)·θq (m = {m:.4g})",
-                 got=f"{', '.join(update.skipped)} unchanged while θq moved (EMA over the "
-                     "encoder only?)")
+                 got=f"{', '.join(update.skipped)} unchanged while θq moved")
         if update.moved_outside:
             fail("the key encoder moved outside the EMA (is it updated by the optimizer?)",
                  where=where, expected="θk unchanged except by the EMA",
@@ -178,6 +198,7 @@ def i7_momentum_in_range_lab(ev: LabEvidence) -> str | None:
     ema = ev.ema
     m = ema.m
     if ema.uses == "none" or m is None:
+        _require_query_moved(ev)
         fail("the key encoder never moved", where="over the whole run",
              expected="θk ← m·θk + (1 − m)·θq with 0.5 ≤ m < 1", got="m = 1 (frozen key encoder)")
     pinned = ev.options.expect_m

@@ -149,6 +149,15 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
                     "the loss is summed over the batch instead of averaged",
                     expected="the batch mean of −ln p⁺ (F.cross_entropy's default)",
                     got=f"the sum over the {len(ev.steps[fault[0]].ids)} queries")
+    fault = factor_fault(diagnosis, steps, "scores", ("softmax",))
+    if fault:
+        fail_factor(ev, diagnosis, fault, "scores",
+                    "softmax probabilities are handed to cross_entropy, which applies its own "
+                    "softmax: a double softmax squeezes every score into [0, 1], so the loss "
+                    "barely separates the positive from the negatives",
+                    expected="F.cross_entropy(logits, labels) on the logits [q·k⁺, q·queueᵀ]/T",
+                    got="F.cross_entropy(softmax(logits), labels) = −ln softmax(softmax("
+                        "logits))[label]")
     fault = factor_fault(diagnosis, steps, "denominator", ("negatives-only",))
     if fault:
         fail_factor(ev, diagnosis, fault, "denominator",

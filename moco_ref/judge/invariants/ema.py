@@ -151,12 +151,14 @@ def _segment_mask(
 
 def _skipped(
     u: KeyUpdate, still: Sequence[str], segments: Sequence[tuple[str, slice]], eps: float,
-    m: float | None = None,
+    m: float | None = None, law: str | None = None,
 ) -> list[str]:
     """The ``still`` segments the EMA should have moved: where the step the law predicts,
-    (1 − m)·(θq − θk) for current and stale θq alike, is larger than rounding. A parameter
-    whose gradient is zero — a conv bias under BatchNorm — keeps θq = θk, and the EMA leaves
-    it alone by law; one whose θq barely differs moves by less than rounding."""
+    (1 − m)·(θq − θk) — for the θq of the run's ``law`` (current or stale), else for either —
+    is larger than rounding. A parameter whose gradient is zero — a conv bias under BatchNorm —
+    keeps θq = θk, and the EMA leaves it alone by law; one whose θq barely differs moves by
+    less than rounding. (At the first update the stale θq is still θk's copy: judged by the
+    stale θq alone, nothing would look skipped there.)"""
     pieces = dict(segments)
     skipped = []
     for name in still:
@@ -165,8 +167,9 @@ def _skipped(
             continue
         noise = NOISE_ULPS * eps * max(float(u.before[piece].abs().max()), 1e-30)
         rate = 1.0 - m if m is not None and 0.0 < m < 1.0 else 1.0
+        targets = {"current": (u.current,), "stale": (u.stale,)}.get(law, (u.current, u.stale))
         gaps = [rate * float((target[piece] - u.before[piece]).abs().max())
-                for target in (u.current, u.stale)]
+                for target in targets]
         if min(gaps) > noise:
             skipped.append(name)
     return skipped
@@ -266,6 +269,9 @@ def _analyse_key_updates(updates, segments, eps) -> EmaAnalysis:
         if v.final and not v.changed:
             fits_law = True  # the LAB order ends without an EMA
         v.fits_law = fits_law
+        if v.changed and uses in ("current", "stale"):  # the law is known: judge by its θq
+            _, still = _segment_mask(u.after, u.before, segments, eps)
+            v.skipped = _skipped(u, still, segments, eps, m, uses)
     order = None
     if uses in ("current", "ambiguous") and trailing in ("none", "ema", "unexplained"):
         order = "paper" if trailing == "ema" else "lab"

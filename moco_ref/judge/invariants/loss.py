@@ -38,6 +38,8 @@ A *form* fixes eight independent choices; the reference's form is the first of e
                         denominator, with a non-empty queue)
 ``extra``               ``none`` · ``queries`` (the batch's other queries appended as
                         negatives, q·qᵀ with the query's own column hidden)
+``scores``              ``logits`` · ``softmax`` (softmax probabilities handed to
+                        ``cross_entropy``, which applies its own softmax: a double softmax)
 ======================  ====================================================================
 
 Five more choices are numbers, fitted when no combination of the above explains every step
@@ -104,6 +106,7 @@ class LossForm:
     reduction: str = "mean"
     denominator: str = "all"
     extra: str = "none"
+    scores: str = "logits"
     queue_t: float | None = None  # the queue branch's divisor, when not the given T
     warmup_t: float | None = None  # the in-batch branch's divisor, when not the given T
     scale: float | None = None  # the loss multiplied by this
@@ -162,6 +165,7 @@ FORM_CHOICES: dict[str, tuple[str, ...]] = {
     "reduction": ("mean", "sum"),
     "denominator": ("all", "negatives-only"),
     "extra": ("none", "queries"),
+    "scores": ("logits", "softmax"),
 }
 FORM_TEXT: dict[tuple[str, str], str] = {
     ("temperature", "divide"): "logits divided by T",
@@ -215,6 +219,9 @@ FORM_TEXT: dict[tuple[str, str], str] = {
                         "positive in column 0",
     ("reduction", "mean"): "the loss averaged over the batch",
     ("reduction", "sum"): "the loss summed over the batch instead of averaged",
+    ("scores", "logits"): "cross_entropy given the logits",
+    ("scores", "softmax"): "softmax probabilities handed to cross_entropy, which applies its "
+                           "own softmax: a double softmax, −ln softmax(softmax(logits))[label]",
     ("denominator", "all"): "the positive in the softmax denominator",
     ("denominator", "negatives-only"): "the positive left out of the softmax denominator "
                                        "(−log e^(q·k⁺/T) / Σ_neg e^(q·n/T))",
@@ -334,6 +341,8 @@ def form_gradient(
     )
     if int(labels.max()) >= logits.shape[1] or (form.labels == "last" and logits.shape[1] < 3):
         return None  # labels past the last column: no such loss; with 2 columns last is ones
+    if form.scores == "softmax":
+        logits = logits.softmax(dim=1)
     if form.denominator == "negatives-only" and keys.shape[0] and form.branch != "in-batch":
         rows = torch.arange(len(logits))
         label_logit = logits[rows, labels]
