@@ -108,7 +108,8 @@ def test_the_zip_holds_the_scripts_the_rubric_and_this_version(built):
     assert "MOCO_REF_AUTOGRADER_ROOT:-/autograder" in run and "gradescope run" in run
     with zipfile.ZipFile(built["default"]) as archive, archive.open(wheel) as handle:
         inner = zipfile.ZipFile(handle).namelist()
-    assert "moco_ref/report/schemas/gradescope_results.schema.json" in inner
+    assert {"moco_ref/platforms/gradescope/results.schema.json",
+            "moco_ref/platforms/prairielearn/results.schema.json"} <= set(inner)
     config = json.loads(_read(built["default"], CONFIG_NAME))
     assert config["moco_ref_version"] == __version__ and config["style"] is None
     rubric = built["folder"] / "default.toml"
