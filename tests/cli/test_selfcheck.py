@@ -34,6 +34,7 @@ def test_the_cells_the_notebook_ran_are_graded_as_a_submission(capsys, tmp_path,
     assert (tmp_path / "selfcheck.feedback.html").is_file()
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_the_html_table_names_a_failure_and_shows_the_page_inline():
     namespace = {"__name__": "__main__",
                  "In": ["", (SUBMISSIONS / "bug_no_mask.py").read_text()]}

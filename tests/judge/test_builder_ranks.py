@@ -174,6 +174,7 @@ def test_a_record_with_unexpected_entries_in_a_rank_run_is_invalid(official_rank
     assert "rank 0" in problem and "never writes" in problem
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_a_rank_stuck_in_a_collective_is_stopped_and_told_once(monkeypatch):
     """Rank 0 waits in a barrier rank 1 never reaches: the collective times out, both ranks
     are ended within the run's budget, and the two across-ranks checks tell it once. (The

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -84,6 +85,7 @@ def test_detect_style_knows_a_moco_class():
     assert detect_style({"MoCo": moco_ref.MoCo, "train_moco": lambda *a: None}) == "lab"
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_options_set_what_the_module_is_built_with():
     """``--temperature`` and ``--expect-m`` are what the grader builds the module with."""
     options = GradeOptions(temperature=0.5, expect_m=0.95, seed=3)
@@ -145,6 +147,7 @@ def _official_class():
     return _official_namespace()["MoCo"]
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_a_shift_register_queue_is_a_valid_fifo():
     """Another storage: the buffer shifted left and the keys appended (queue_ptr stays 0, so
     reading from it is oldest first). Full marks."""
@@ -162,6 +165,7 @@ def test_a_shift_register_queue_is_a_valid_fifo():
         explain(results)
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_a_hard_coded_temperature_is_named():
     official = _official_class()
 
@@ -177,6 +181,7 @@ def test_a_hard_coded_temperature_is_named():
         "I8-temperature-divides-logits"]
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_a_module_without_the_mlp_head_fails_only_the_mlp_contract():
     official = _official_class()
 
@@ -289,6 +294,7 @@ def test_extra_base_encoder_arguments_are_reported():
         explain(results)
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_a_ragged_k_is_fifo_kept_or_refused_loudly():
     """K not a multiple of the batch: the official module's assertion is a loud refusal, not a
     bug; a ring that wraps in mid-batch must keep the FIFO (builder_bug_ragged_wrap_drops_keys

@@ -163,6 +163,7 @@ def test_a_ring_buffer_in_storage_order_is_named(correct_record):
     assert "storage order" in failed["I3-oldest-first-order"]
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_another_temperature_is_named_not_blamed_on_everything(correct_record):
     results, inferred = judge(correct_record, "lab", GradeOptions(temperature=0.5))
     assert {r.check_id for r in results if r.status is not Status.PASSED

@@ -64,11 +64,13 @@ def _hold(results) -> None:
         assert not any(mark in shown for mark in GRADER_MARKS), (result.check_id, shown)
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_the_record_of_a_correct_submission_has_full_marks(recorded):
     results, _ = judge(recorded, "lab", GradeOptions())
     assert {r.status for r in results} <= {Status.PASSED, Status.NOT_APPLICABLE}
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 @_FEW
 @given(mutations=record_mutations())
 def test_pipeline_judging_of_a_mutated_record_is_total(recorded, mutations):

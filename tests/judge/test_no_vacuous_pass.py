@@ -5,6 +5,7 @@ queue entries must not pass on nothing."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from moco_ref.judge.judge import judge
@@ -28,6 +29,7 @@ def _by_id(results) -> dict:
     return {r.check_id: r for r in results}
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_an_empty_queue_fails_fifo_and_passes_nothing_on_its_entries(recorded):  # noqa: F811
     results = _by_id(judge(_with_queue(recorded, torch.empty(0, 24),
                                        torch.empty(0, dtype=torch.int64)), "lab",

@@ -141,6 +141,7 @@ def test_the_maximum_is_fixed_whatever_the_submission_does(correct_record):
     assert any(r.status is Status.NOT_JUDGED for r in broken)
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_a_module_without_ema_loses_the_whole_ema_share():
     results, _ = grade(load_namespace(SUBMISSIONS / "builder_bug_no_ema.py"), "builder")
     score = sum(r.points for r in results)

@@ -89,6 +89,7 @@ def report_of(out: Path, name: str) -> dict:
     return json.loads((out / f"{name}.json").read_text(encoding="utf-8"))["reports"][0]
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_each_student_gets_a_self_contained_page_with_the_report_s_score(graded):
     _, out = graded
     for name in CLASS:
@@ -116,6 +117,7 @@ def test_each_student_gets_a_self_contained_page_with_the_report_s_score(graded)
     assert not Page((out / "correct_lab_order.py.feedback.html").read_text()).images
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_the_loss_figure_comes_from_per_step_numbers(graded):
     _, out = graded
     failed = [r for r in report_of(out, "bug_loss_summed.py")["results"]
@@ -130,6 +132,7 @@ def test_the_loss_figure_comes_from_per_step_numbers(graded):
     assert mask["mask_rows"] and len(mask["mask_rows"]) == len(mask["mask_expected"]) <= 8
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_the_class_report_counts_what_summary_json_says(graded, tmp_path):
     _, out = graded
     html_path, json_path = tmp_path / "report.html", tmp_path / "report.json"
@@ -158,6 +161,7 @@ def test_the_class_report_counts_what_summary_json_says(graded, tmp_path):
     assert len(page.images) == (2 if figures.available() else 0)
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_a_single_file_gets_its_page_here_or_where_feedback_out_says(tmp_path, monkeypatch):
     shutil.copy(EXAMPLES / "bug_no_mask.py", tmp_path / "bug_no_mask.py")
     monkeypatch.chdir(tmp_path)
@@ -222,6 +226,7 @@ def test_the_rubric_s_visibility_and_no_matplotlib(monkeypatch):
     assert feedback.NO_FIGURES in markdown and "/work" not in markdown
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_a_page_from_a_stored_report(graded):
     _, out = graded
     data = json.loads((out / "bug_queue_keeps_oldest.py.json").read_text(encoding="utf-8"))

@@ -217,6 +217,7 @@ def test_ctrl_c_stops_cleanly_and_writes_the_partial_summary(tmp_path, monkeypat
     assert summary["interrupted"] is True and len(summary["submissions"]) == 1
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 @pytest.mark.usefixtures("stubbed")
 def test_a_class_is_graded_with_its_own_probe_kept_beside_its_cache(folder, tmp_path, capsys,
                                                                     monkeypatch):

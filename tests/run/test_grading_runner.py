@@ -73,6 +73,7 @@ def test_messy_but_correct_submission_is_graded_and_cleaned_up(tmp_path, stubbed
     assert wait_for_no_leftovers() == []  # the `sleep 120` grandchild is gone
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_failures_are_not_gradable_with_a_traceback(tmp_path, stubbed):  # noqa: F811
     tasks = [
         (write(tmp_path, f"{name}.py", source), GradeOptions(**options))
@@ -86,6 +87,7 @@ def test_failures_are_not_gradable_with_a_traceback(tmp_path, stubbed):  # noqa:
     assert wait_for_no_leftovers() == []
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_a_slow_part_times_out_and_the_rest_is_observed_anew(tmp_path, stubbed):  # noqa: F811
     """Per-check timeout: moco_warmup hangs; its checks time out after --check-timeout, the
     other part (train_moco) is observed in a fresh process within the job's time."""

@@ -251,6 +251,7 @@ def test_the_batch_table_and_diff_grades_name_the_students(gradescope_graded, tm
     assert "submission_201" not in lines[0]
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_a_canvas_download_with_a_late_resubmission(tmp_path):
     out = tmp_path / "out"
     assert main(["grade", str(canvas_download(tmp_path)), "--out", str(out), "-j", "2"]) == 1

@@ -153,6 +153,7 @@ def test_the_submission_s_own_file_is_never_refused_for_its_name(tmp_path):
     assert _copied(main, tmp_path, True) == ["numpy.py", "utils.py"]
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_installed_names_are_read_without_importing_anything():
     code = ("import sys; from moco_ref.sandbox.attempt import installed_top_level_names as f;"
             "before = set(sys.modules); stdlib, installed = f();"
@@ -344,6 +345,7 @@ def test_a_flat_class_is_graded_with_students_apart(tmp_path):
     assert rows["copycat.py"]["status"] == "not gradable" and rows["alice.py"]["score"] == "3"
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 @pytest.mark.usefixtures("stubbed")
 def test_an_export_is_graded_with_its_bad_members_flagged_on_their_students(tmp_path):
     """End to end (the stand-in harness): a student's own helper reaches her process, one

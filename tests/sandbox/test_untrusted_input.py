@@ -154,6 +154,7 @@ def _builder_record(path="builder_correct_official_style.py"):
     return round_trip(observe_builder(load_namespace(SUBMISSIONS / path), GradeOptions()))
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_a_rewritten_builder_forward_is_found_by_recomputation():
     """Every recorded forward of the intact probe encoder is recomputed from the parameters
     recorded with it and the probe's images: a nudge of 1e-3 in one key, in the main run or

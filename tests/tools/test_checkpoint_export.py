@@ -3,6 +3,7 @@ loadable into the torchvision architecture without its head."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torchvision
 
@@ -18,6 +19,7 @@ def _official_checkpoint(path, mlp=False):
     return model
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_export_strips_the_prefix_drops_the_head_and_loads_strictly(tmp_path, capsys):
     ckpt, out = tmp_path / "checkpoint_0001.pth.tar", tmp_path / "backbone.pth"
     model = _official_checkpoint(ckpt, mlp=True)
@@ -31,6 +33,7 @@ def test_export_strips_the_prefix_drops_the_head_and_loads_strictly(tmp_path, ca
     assert "loads strictly" in capsys.readouterr().out
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_export_refuses_in_one_line(tmp_path, capsys):
     ckpt = tmp_path / "c.pth"
     _official_checkpoint(ckpt)

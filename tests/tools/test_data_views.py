@@ -194,6 +194,7 @@ def test_bad_view_arguments_are_rejected(call, error, message):
         call()
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_the_core_and_the_lab_loop_import_without_torchvision():
     blocker = (
         "import sys; sys.modules['torchvision'] = None\n"

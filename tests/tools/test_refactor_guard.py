@@ -14,6 +14,9 @@ from moco_ref.probe.options import GradeOptions
 from moco_ref.tools import refactor_guard
 from tests.helpers.conformance_support import load_namespace
 
+pytestmark = pytest.mark.full  # the second tier: each recording runs the sandbox
+
+
 PAIR = Path(__file__).resolve().parents[1] / "helpers" / "refactor_pair"
 
 

@@ -110,6 +110,7 @@ def test_each_operator_writes_the_expected_mutant(operator, line, replacement):
     assert TINY.splitlines()[mutant.line - 1] == line.rstrip("\n")
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_descriptions_name_the_change():
     descriptions = {m.id: m.description for m in _mutants_of(LAB.name).mutants}
     assert descriptions["dim:51:46:0"] == "line 51: 'dim=1' → 'dim=0'"
@@ -118,6 +119,7 @@ def test_descriptions_name_the_change():
     assert all(len(d) <= 78 for d in descriptions.values())  # shown indented by 2
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_ids_are_stable_and_unique():
     first = [(m.id, m.source) for m in _mutants_of(LAB.name).mutants]
     second = [(m.id, m.source) for m in generate(LAB.read_text()).mutants]
@@ -147,6 +149,7 @@ def test_docstrings_views_seed_and_unused_functions_are_not_mutated():
             assert mutant.operator == "drop-stmt"
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_builder_mutates_the_class_methods_and_their_helpers():
     result = _mutants_of("builder_correct_official_style.py")
     assert result.style == "builder"
@@ -196,6 +199,7 @@ def test_a_bad_equivalents_file_is_one_line(tmp_path):
         sensitivity.load_equivalents(bad)
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 @pytest.mark.parametrize("argv", [
     ["sensitivity", "no/such/solution.py"],
     ["sensitivity", str(LAB), "--limit", "many"],
@@ -211,6 +215,7 @@ def test_usage_errors_exit_2_with_one_line(argv, capsys):
     assert len(lines) == 1 and lines[0].startswith("moco-ref: error: ")
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_list_prints_every_mutant(capsys):
     assert main(["sensitivity", str(LAB), "--list"]) == 0
     out = capsys.readouterr().out

@@ -63,6 +63,7 @@ def test_train_writes_metrics_and_figure(tmp_path, capsys):
     assert "wrote" in printed.out and "epoch" in printed.err  # the tqdm bar
 
 
+@pytest.mark.full  # the second tier: a costly case (CI and tox -e thorough run it)
 def test_both_orders_give_the_same_training_run(tmp_path):
     runs = {}
     for order in ("paper", "lab"):
