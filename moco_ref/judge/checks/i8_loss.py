@@ -511,7 +511,15 @@ def i8_embeddings_normalized_lab(ev: LabEvidence) -> str | None:
                    f"{queue.kinds.count(kind)} of {len(queue.kinds)} entries:",
              expected=expected, got=f"{how}, of {norm} {float(queue.keys[j].norm()):.3g}")
     diagnosis, steps = loss_steps(ev, "the normalization of q and k")
-    fault = factor_fault(diagnosis, steps, "normalize", ("q-raw", "k-raw", "k-batch", "q-batch"))
+    fault = factor_fault(diagnosis, steps, "normalize", ("q-raw", "k-raw", "k-batch", "q-batch",
+                                                         "k-matrix"))
+    if fault and fault[2].normalize == "k-matrix":
+        fail_factor(ev, diagnosis, fault, "normalize",
+                    "k was divided by the norm of the whole [B, d] matrix of keys (k / k.norm(), "
+                    "one number for the batch), not each key by its own norm: the keys are not "
+                    "unit vectors, so q·k is no cosine",
+                    expected="k = F.normalize(key(view)[1], dim=1): every row of norm 1",
+                    got="k / k.norm(): rows of norm about 1/√B")
     if fault:
         rule = fault[2].normalize
         which, net = ("q", "query") if rule.startswith("q") else ("k", "key")

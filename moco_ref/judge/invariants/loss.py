@@ -11,7 +11,8 @@ A *form* fixes eight independent choices; the reference's form is the first of e
                         ``twice`` (logits / T²)
 ``warmup_temperature``  the same, in the in-batch branch
 ``normalize``           ``both`` · ``q-raw`` (q not L2-normalized) · ``k-raw`` · ``k-batch``
-                        (k normalized over the batch, dim=0) · ``q-batch`` (q so)
+                        (k normalized over the batch, dim=0) · ``q-batch`` (q so) ·
+                        ``k-matrix`` (k divided by the whole matrix's norm, ``k / k.norm()``)
 ``mask``                ``same-source`` · ``none`` · ``positive-too`` (the positive hidden as
                         well) · ``inverted`` (every other source hidden, ``!=`` for ``==``) ·
                         ``fill-zero`` (same-source logits set to 0, which still counts) ·
@@ -155,7 +156,7 @@ TEMPERATURE_RULES = ("divide", "multiply", "positive-undivided", "negatives-undi
 FORM_CHOICES: dict[str, tuple[str, ...]] = {
     "temperature": TEMPERATURE_RULES,
     "warmup_temperature": TEMPERATURE_RULES,
-    "normalize": ("both", "q-raw", "k-raw", "k-batch", "q-batch"),
+    "normalize": ("both", "q-raw", "k-raw", "k-batch", "q-batch", "k-matrix"),
     "mask": ("same-source", "none", "positive-too", "inverted", "fill-zero", "rows-zero"),
     "negatives": ("before", "after", "with-current", "recomputed", "with-empty-slots",
                   "zero-initialized"),
@@ -184,6 +185,8 @@ FORM_TEXT: dict[tuple[str, str], str] = {
     ("normalize", "q-raw"): "q not L2-normalized",
     ("normalize", "k-raw"): "k not L2-normalized",
     ("normalize", "k-batch"): "k normalized over the batch (dim=0), not each key",
+    ("normalize", "k-matrix"): "k divided by the norm of the whole batch matrix (k / k.norm()), "
+                               "not each key by its own",
     ("normalize", "q-batch"): "q normalized over the batch (dim=0), not each query",
     ("mask", "same-source"): "same-source negatives masked",
     ("mask", "none"): "no same-source mask",
@@ -319,7 +322,9 @@ def normalized_pair(form: LossForm, z: torch.Tensor, k: torch.Tensor):
     each row at unit L2 norm; the mistaken forms leave one raw or normalize over the batch."""
     q = z if form.normalize == "q-raw" else F.normalize(
         z, dim=0 if form.normalize == "q-batch" else 1)
-    if form.normalize != "k-raw":
+    if form.normalize == "k-matrix":
+        k = k / k.norm()
+    elif form.normalize != "k-raw":
         k = F.normalize(k, dim=0 if form.normalize == "k-batch" else 1)
     return q, k
 
