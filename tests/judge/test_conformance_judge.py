@@ -153,6 +153,19 @@ def test_pinned_values(correct_record):
     assert failed == {"I7-momentum-in-range", "I3-fifo-keeps-newest", "contract-batch-size"}
 
 
+@pytest.mark.parametrize("name", ["bug_queue_never_trimmed.py",
+                                  "bug_queue_trimmed_far_too_late.py"])
+def test_a_queue_never_trimmed_is_named_once_the_capacity_is_pinned(name):
+    namespace = load_namespace(SUBMISSIONS / name)
+    unpinned = {r.check_id: r for r in grade(namespace, "lab")[0]}["I3-fifo-keeps-newest"]
+    assert unpinned.status is Status.NOT_JUDGED and "--expect-capacity" in unpinned.message
+    results, _ = grade(namespace, "lab", GradeOptions(expect_capacity=240))
+    failed = {r.check_id: r.message for r in results if r.status is Status.FAILED}
+    assert list(failed) == ["I3-fifo-keeps-newest"], explain(results)
+    assert failed["I3-fifo-keeps-newest"].startswith("the queue is never trimmed to its capacity")
+    assert "got all 450 keys of the 9 steps" in failed["I3-fifo-keeps-newest"]
+
+
 def test_a_ring_buffer_in_storage_order_is_named(correct_record):
     returned = correct_record["train_moco"]["returned"]
     rolled = _tampered(correct_record, queue=returned["queue"].roll(30, 0),

@@ -131,6 +131,14 @@ def i3_fifo_keeps_newest_lab(ev: LabEvidence) -> str | None:
              got="an empty queue (and "
                  f"{len(queue.ids)} queue_ids)")
     expected_capacity = ev.options.expect_capacity
+    if expected_capacity is not None and queue.capacity is None \
+            and queue.total_arrivals > expected_capacity:
+        fail("the queue is never trimmed to its capacity: it kept every key enqueued over the "
+             "run and grows past the capacity (without bound, if nothing trims it)",
+             where=_final_where(ev),
+             expected=f"the newest {expected_capacity} keys (capacity {expected_capacity}, "
+                      "e.g. torch.cat([queue, k])[-capacity:])",
+             got=f"all {queue.total_arrivals} keys of the {len(ev.steps)} steps")
     if expected_capacity is not None:
         require(len(queue.keys) == min(expected_capacity, queue.total_arrivals),
                 "the queue does not have the assignment's capacity", where=_final_where(ev),
@@ -140,7 +148,9 @@ def i3_fifo_keeps_newest_lab(ev: LabEvidence) -> str | None:
         raise NotExercised(
             f"not exercised: the queue never dropped an entry ({queue.total_arrivals} keys "
             f"enqueued, {len(queue.keys)} kept), so its capacity is at least "
-            f"{len(queue.keys)} and the FIFO rule was never put to work")
+            f"{len(queue.keys)} and the FIFO rule was never put to work (if the assignment's "
+            "capacity is smaller, the queue is never trimmed: grade with --expect-capacity N "
+            "to hold it to N)")
     capacity = queue.capacity
     if _positions_known(ev):
         expected = fifo_contents(queue.arrival_positions, capacity)[-1]
