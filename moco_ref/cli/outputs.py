@@ -16,7 +16,7 @@ from pathlib import Path
 
 from moco_ref.report.writers import Writer, Writing
 
-SHORTHANDS = {"junit": "junit", "gradescope": "gradescope", "prairielearn": "prairielearn"}
+SHORTHANDS = ("junit", "gradescope", "prairielearn")  # flags named as the writer they add
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,8 @@ def requests_of(args, table: dict[str, Writer]) -> list[Request]:
         if name not in table:
             raise ValueError(f"--write {name}: no such output (outputs: {', '.join(table)})")
         requests.append(Request(table[name], path or None))
-    for flag, name in SHORTHANDS.items():
-        value = getattr(args, flag)
+    for name in SHORTHANDS:
+        value = getattr(args, name)
         if value is not None:
             requests.append(Request(table[name], value or None))
     if args.feedback_out and not args.feedback:
@@ -88,11 +88,9 @@ def file_problem(requests: list[Request], count: int, *, batch: bool) -> str:
     return ""
 
 
-def write_requested(requests: list[Request], reports, writing: Writing, *,
-                    each_into: Path | None = None) -> list[tuple[str, Path]]:
+def write_requested(requests: list[Request], reports, writing: Writing) -> list[tuple[str, Path]]:
     """Write what ``requests`` ask for: a FILE once (all ``reports`` in it), else one file per
-    report — into ``each_into`` when given (batch grading wrote those already: skipped here),
-    else in the current folder. Returns (what, path) for each file written."""
+    report in the current folder. Returns (what, path) for each file written."""
     written = []
     for request in requests:
         writer = request.writer
@@ -102,7 +100,7 @@ def write_requested(requests: list[Request], reports, writing: Writing, *,
                     else writer.render_batch(reports, writing))
             _write(path, text)
             written.append((writer.name, path))
-        elif each_into is None:
+        else:
             for report in reports:
                 path = Path(writer.own_name(report))
                 _write(path, writer.render(report, writing))

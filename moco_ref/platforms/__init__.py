@@ -12,6 +12,7 @@ and its commands join the command line.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -29,8 +30,9 @@ class Platform:
     add_commands: Callable  # add_commands(subparsers): ``moco-ref NAME …``
 
 
+@functools.cache
 def platforms() -> dict[str, Platform]:
-    """Every platform package here, by name (in name order)."""
+    """Every platform package here, by name (in name order); found once per process."""
     found = {}
     for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if module.ispkg:
