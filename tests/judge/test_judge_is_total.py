@@ -22,6 +22,8 @@ from moco_ref.run.pipeline import observe_sandboxed
 from tests.helpers.conformance_support import SUBMISSIONS
 from tests.helpers.strategies import mutate_record, record_mutations
 
+pytestmark = pytest.mark.full  # the second tier: a sandboxed record, then its mutations
+
 PARTS = ("train_moco", "moco_warmup")
 GRADER_MARKS = ("/work/", "moco_ref/judge", "Traceback", 'File "')
 ENDINGS = {Status.PASSED, Status.FAILED, Status.NOT_JUDGED, Status.NOT_APPLICABLE}

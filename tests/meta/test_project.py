@@ -56,6 +56,7 @@ def test_the_observing_side_loads_neither_the_reference_nor_the_judge():
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.full  # the second tier: observes three examples in a fresh interpreter
 def test_the_grader_imports_all_it_judges_with_before_any_submission_runs():
     """After ``import moco_ref.run.pipeline``, validating and judging a submission's record imports
     no further moco_ref module: nothing loaded after a submission ran is grader code."""

@@ -26,6 +26,8 @@ from moco_ref.report.class_report import class_report
 from moco_ref.report.feedback import render_feedback
 from tests.helpers.conformance_support import SUBMISSIONS
 
+pytestmark = pytest.mark.full  # the second tier: a whole course export, sandboxed
+
 TOTAL = 50
 RUBRIC = """\
 total = 50

@@ -105,6 +105,7 @@ GUARD_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.full  # the second tier: starts the real sandbox per case
 def test_the_guard_refuses_reference_imports_from_submission_code():
     done = subprocess.run([sys.executable, "-c", GUARD_SCRIPT], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": _package_root()})
