@@ -15,6 +15,7 @@ judged when it is graded.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import threading
 from pathlib import Path
@@ -84,19 +85,35 @@ def _cell_trees(source: str) -> list[ast.Module]:
         return []
 
 
-def module_trees(path: Path) -> list[ast.Module] | None:
+def module_trees(path: Path) -> tuple[ast.Module, ...] | None:
     """The parsed top level of a ``.py`` file, or of each code cell of a ``.ipynb``; None
-    when the file cannot be read or parsed at all."""
+    when the file cannot be read or parsed at all. Parsed once per version of the file
+    (``_file_version``): choosing helpers in a flat class folder asks about every sibling
+    of every submission. The trees are shared: read them, never change them."""
+    version = _file_version(Path(path))
+    return None if version is None else _trees_of(str(path), version)
+
+
+def _file_version(path: Path) -> tuple[int, ...] | None:
     try:
-        if path.stat().st_size > MAX_SOURCE_BYTES:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2048)
+def _trees_of(path: str, version: tuple[int, ...]) -> tuple[ast.Module, ...] | None:
+    try:
+        if version[2] > MAX_SOURCE_BYTES:
             return None
-        if path.suffix == ".ipynb":
+        if path.endswith(".ipynb"):
             import nbformat
 
-            notebook = nbformat.read(str(path), as_version=4)
-            return [tree for cell in notebook.cells if cell.cell_type == "code"
-                    for tree in _cell_trees(cell.source)]
-        return [_parse(path.read_bytes())]
+            notebook = nbformat.read(path, as_version=4)
+            return tuple(tree for cell in notebook.cells if cell.cell_type == "code"
+                         for tree in _cell_trees(cell.source))
+        return (_parse(Path(path).read_bytes()),)
     except Exception:  # noqa: BLE001 - an unreadable file binds nothing here
         return None
 
@@ -130,17 +147,23 @@ def may_be_helper(path: Path) -> bool:
                                          & submission_names for tree in trees)
 
 
-def imported_modules(path: Path) -> set[str]:
+def imported_modules(path: Path) -> frozenset[str]:
     """The top-level names of the modules ``path`` imports anywhere (absolute imports; a
     notebook: over its cells), read without running it."""
+    version = _file_version(Path(path))
+    return frozenset() if version is None else _imports_of(str(path), version)
+
+
+@functools.lru_cache(maxsize=2048)
+def _imports_of(path: str, version: tuple[int, ...]) -> frozenset[str]:
     names: set[str] = set()
-    for tree in module_trees(Path(path)) or ():
+    for tree in _trees_of(path, version) or ():
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names.add(node.module.split(".")[0])
-    return names
+    return frozenset(names)
 
 
 def imported_helper(helper: Path, main: Path) -> bool:
