@@ -28,6 +28,7 @@ FACTOR_OWNERS: dict[str, str] = {
 }
 VALUE_OWNERS: dict[tuple[str, object], str] = {
     ("mask", "positive-too"): "I4-positive-never-masked",
+    ("mask", "ids-bfloat16"): "I3-ids-move-with-keys",
     ("negatives", "after"): "I9-batch-not-own-negative",
     ("negatives", "with-current"): "I9-batch-not-own-negative",
     ("negatives", "recomputed"): "I2-negatives-not-recomputed",

@@ -19,11 +19,13 @@ from torch import nn
 
 from moco_ref.probe.cases import LabProbe
 from moco_ref.probe.lab import (
+    HANDED_NAME,
     MAX_EVENTS,
     MAX_SNAPSHOT_INSTANCES,
     LabProbeWorld,
-    ProbeNet,
+    as_if_from,
     flat_parameters,
+    net_class,
 )
 from moco_ref.probe.schema import ForwardEvent
 
@@ -45,7 +47,7 @@ def _row_key(row: torch.Tensor) -> bytes:
 class ProbeRecorder(LabProbeWorld):
     """Everything the probe sees, in the order it happens."""
 
-    def __init__(self, probe: LabProbe) -> None:
+    def __init__(self, probe: LabProbe, module: str = "__main__") -> None:
         self._view_rows: dict[bytes, tuple[int, int]] = {}  # row bytes -> (call, id)
         self._view_outputs: list[torch.Tensor] = []  # [B, 64] per call, for inexact lookups
         self.view_calls: list[torch.Tensor] = []  # ids of each views() call
@@ -55,7 +57,9 @@ class ProbeRecorder(LabProbeWorld):
         self.events: list[ForwardEvent] = []
         self.dropped_events = 0
         self.clock = 0
-        super().__init__(probe, type("ProbeNet", (ProbeNet,), {"recorder": self}))
+        handed = net_class(HANDED_NAME, module, on_forward=self.on_forward, on_copy=self.register)
+        super().__init__(probe, handed)
+        self.handed_views = self._handed_views(module)
         rows = self.images.detach().to(torch.float32).reshape(len(self.images), -1).numpy()
         self._image_index = {row.tobytes(): i for i, row in enumerate(rows)}  # as _row_key
         self.register(self.initial)
@@ -84,6 +88,16 @@ class ProbeRecorder(LabProbeWorld):
         return self._tags.get(id(obj), -1)
 
     # ----------------------------------------------------------------- views
+
+    def _handed_views(self, module: str):
+        """``views`` as the submission meets it: a plain function of its own module, as a
+        notebook's would be (the recorder only in its closure)."""
+        record = self.views
+
+        def views(batch):
+            return record(batch)
+
+        return as_if_from(views, module, "views")
 
     def views(self, batch: torch.Tensor) -> torch.Tensor:
         """The probe's augmentation: the images plus seeded noise, unique per call and row."""

@@ -110,9 +110,9 @@ def _observe_training(namespace: dict, probe, watch_input: bool = False) -> Trai
     function = namespace.get("train_moco")
     if not callable(function):
         return {"defined": False, "error": "train_moco is not defined"}
-    recorder = ProbeRecorder(probe)
+    recorder = ProbeRecorder(probe, module=str(namespace.get("__name__", "__main__")))
     for scope in _scopes(namespace, function):
-        scope["views"] = recorder.views
+        scope["views"] = recorder.handed_views
         scope["SEED"] = int(probe.seed)
     record: TrainingRecord = {
         "defined": True,

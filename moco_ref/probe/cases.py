@@ -89,16 +89,19 @@ def _generator(seed: int) -> torch.Generator:
 # --------------------------------------------------------------------------- lab probe
 
 
+DIGITS = 1797  # the images of LAB 07's data set (scikit-learn's 8×8 digits)
+
+
 @dataclass(frozen=True)
 class LabProbe:
-    """The ``lab`` probe's sizes: ``n_images`` images ``[1, 8, 8]``, of which ``n_train``
-    (a scattered subset, so ids are not positions, spread up to 4095 so that ids kept in a
-    narrow float dtype lose their identity) are the training set, for ``epochs``
-    epochs. With LAB 07's own settings (batch 60, capacity 240) 150 training images give
-    batches 60, 60, 30 per epoch: the queue fills at step 4, wraps in the middle of a batch,
-    and from the second epoch on every source id meets its own older keys in the queue."""
+    """The ``lab`` probe's sizes: ``n_images`` images ``[1, 8, 8]`` (LAB 07's data: the 1797
+    8×8 digits), of which ``n_train`` (a scattered subset over the whole index range, so ids
+    are not positions) are the training set, for ``epochs`` epochs. With LAB 07's own settings
+    (batch 60, capacity 240) 150 training images give batches 60, 60, 30 per epoch: the queue
+    fills at step 4, wraps in the middle of a batch, and from the second epoch on every source
+    id meets its own older keys in the queue."""
 
-    n_images: int = 4096  # ids up to 4095: a narrow float dtype (float16: exact to 2048) shows
+    n_images: int = DIGITS  # ids up to 1796: a dtype that cannot hold them (bfloat16) shows
     n_train: int = 150
     epochs: int = 3
     seed: int = 0
@@ -125,18 +128,19 @@ class LabProbe:
 
 def default_lab_probe(seed: int = 0, key: str = "") -> LabProbe:
     """The probe a run grades with. Without a course ``key`` it is the documented default;
-    with one (``GradeOptions.probe_key``, derived from the course's secret) its sizes, ids
-    and seed are drawn from the key and ``seed``: the same for every submission of the
-    course and run, unknowable to a submission that wants to recognise the probe by its
-    shapes. Every drawn probe keeps what the default is built for: ids up to beyond 4095, a
-    training set that fills a 240-key queue within the first epochs and wraps it in the
-    middle of a batch, and sources that meet their own older keys."""
+    with one (``GradeOptions.probe_key``, derived from the course's secret) its training
+    set's size, its epochs, ids and seed are drawn from the key and ``seed``: the same for
+    every submission of the course and run, unknowable to a submission that wants to
+    recognise the probe. The images are always as many as LAB 07's own. Every drawn probe
+    keeps what the default is built for: a training set that fills a 240-key queue within
+    the first epochs and wraps it in the middle of a batch, and sources that meet their own
+    older keys."""
     if not key:
         return LabProbe(seed=int(seed))
     draw = course_draw("lab", key, seed)
     n_train = draw.randint(130, 175)
-    return LabProbe(n_images=draw.randint(4096, 4608), n_train=n_train,
-                    epochs=draw.randint(3, 4), seed=draw.randint(0, 2**31 - 1))
+    return LabProbe(n_images=DIGITS, n_train=n_train, epochs=draw.randint(3, 4),
+                    seed=draw.randint(0, 2**31 - 1))
 
 
 SHORT_RUN_EPOCHS = 2

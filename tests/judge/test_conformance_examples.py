@@ -10,6 +10,7 @@ import pytest
 from moco_ref.judge.registry import all_checks
 from moco_ref.judge.results import Status
 from moco_ref.probe.styles import detect_style
+from moco_ref.report.scoring import NOT_PASSED, told_elsewhere
 from tests.helpers.conformance_support import (
     SUBMISSIONS,
     explain,
@@ -69,6 +70,9 @@ def test_example_verdict(entry):
         for result in results:
             if result.status is Status.FAILED:  # a message a student can act on
                 assert ": " in result.message and len(result.message) > 40, result
+        if entry.get("not_passed_status"):  # as the demo's scoreboard holds it
+            assert all(r.status.value == entry["not_passed_status"] for r in results
+                       if r.status in NOT_PASSED and not told_elsewhere(r)), explain(results)
 
 
 def _pairs() -> list[tuple[str, str]]:

@@ -157,7 +157,8 @@ FORM_CHOICES: dict[str, tuple[str, ...]] = {
     "temperature": TEMPERATURE_RULES,
     "warmup_temperature": TEMPERATURE_RULES,
     "normalize": ("both", "q-raw", "k-raw", "k-batch", "q-batch", "k-matrix"),
-    "mask": ("same-source", "none", "positive-too", "inverted", "fill-zero", "rows-zero"),
+    "mask": ("same-source", "none", "positive-too", "inverted", "fill-zero", "rows-zero",
+             "ids-bfloat16"),
     "negatives": ("before", "after", "with-current", "recomputed", "with-empty-slots",
                   "zero-initialized"),
     "empty_queue": ("in-batch", "in-batch-zero-labels", "positive-only", "symmetric"),
@@ -196,6 +197,8 @@ FORM_TEXT: dict[tuple[str, str], str] = {
     ("mask", "fill-zero"): "same-source logits set to 0 instead of −∞ (e^0 still counts)",
     ("mask", "rows-zero"): "same-source queue rows zeroed instead of their logits masked: a "
                            "logit of 0 (e^0 still counts) for every query of the batch",
+    ("mask", "ids-bfloat16"): "the mask compares ids kept in bfloat16 (integers exact only up "
+                              "to 256): other images' keys whose ids round alike are masked too",
     ("negatives", "before"): "negatives from the queue before this batch",
     ("negatives", "after"): "the batch's own keys among the negatives (enqueued before the loss)",
     ("negatives", "with-current"): "the batch's own keys appended to the queue's negatives",
@@ -271,6 +274,9 @@ def form_logits(
     rule = form.temperature
     if form.mask in ("same-source", "positive-too"):
         logits = contrastive_logits(q, k, negatives, negative_ids, ids, _divisor(rule, temperature))
+    elif form.mask == "ids-bfloat16":
+        logits = contrastive_logits(q, k, negatives, _as_bfloat16(negative_ids), _as_bfloat16(ids),
+                                    _divisor(rule, temperature))
     else:
         logits = contrastive_logits(q, k, negatives, None, None, _divisor(rule, temperature))
     if form.mask in ("fill-zero", "inverted", "rows-zero"):
@@ -298,6 +304,11 @@ def form_logits(
     elif form.labels == "last":
         labels = labels + logits.shape[1] - 1
     return logits, labels
+
+
+def _as_bfloat16(ids: torch.Tensor) -> torch.Tensor:
+    """Source ids as a submission that keeps them in bfloat16 compares them (rounded)."""
+    return ids.to(torch.bfloat16).to(torch.int64)
 
 
 def _in_batch_form(form, q, k, positive, ids, temperature):

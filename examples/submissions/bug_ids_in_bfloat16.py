@@ -1,9 +1,10 @@
-"""LAB 07 MoCo that keeps the queue's source ids in float16 next to the keys, to save memory:
-float16 holds integers exactly only up to 2048, so larger ids are rounded and the queue's ids
-no longer name the images their keys came from (the mask then compares wrong ids).
+"""LAB 07 MoCo that keeps the queue's source ids in bfloat16 next to the keys, to save memory:
+bfloat16 holds integers exactly only up to 256, so most of the digits' 1797 ids are rounded and
+the queue's ids no longer name the images their keys came from (the mask then compares wrong
+ids).
 
-Bug (I3: ids must move with their keys). It returns the ids as integers, and with ids below
-256 (the old probe's) nothing showed.
+Bug (I3: ids must move with their keys). It returns the ids as integers, so only ids above 256
+show it.
 """
 import copy
 
@@ -43,7 +44,7 @@ def train_moco(initial, x, train, epochs=15):
     optimizer = torch.optim.Adam(query.parameters(), lr=0.002)
     m, capacity, batch_size, temperature = 0.95, 240, 60, 0.2
     queue = torch.empty((0, 24))
-    queue_ids = torch.empty(0, dtype=torch.float16)
+    queue_ids = torch.empty(0, dtype=torch.bfloat16)
     history, trace = [], []
     start = next(query.encoder.parameters()).detach().clone()
     train = torch.as_tensor(train)
@@ -71,7 +72,7 @@ def train_moco(initial, x, train, epochs=15):
             optimizer.step()
             with torch.no_grad():
                 queue = torch.cat([queue, k])[-capacity:]
-                queue_ids = torch.cat([queue_ids, ids.to(torch.float16)])[-capacity:]
+                queue_ids = torch.cat([queue_ids, ids.to(torch.bfloat16)])[-capacity:]
             epoch_losses.append(loss.item())
             if len(trace) < 5:
                 trace.append({"step": len(trace), "queue_size": len(queue),
