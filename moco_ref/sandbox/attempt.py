@@ -362,8 +362,9 @@ def _attempt_in(zygote: Zygote, attempt: Attempt, token: str, nonce: bytes, targ
             "parts": only_parts,
             "cpus": None if cpu is None else [cpu],
         }
+        job_uid = job_ids[0] if job_ids and zygote.job_ids else None  # else: a gid only
         if confined:  # the two-process builder probe needs loopback TCP; LAB code none
-            request["confined"] = {"uid": job_ids[0] if job_ids else None,
+            request["confined"] = {"uid": job_uid,
                                    "gid": job_ids[1] if job_ids else None,
                                    "tcp": options.style not in ("lab", "components")}
         fds = [out_w, err_w, channel_w] + ([bundle] if bundle is not None else [])
@@ -379,7 +380,7 @@ def _attempt_in(zygote: Zygote, attempt: Attempt, token: str, nonce: bytes, targ
             started = time.monotonic()  # the job exists (spawn waits for the zygote's word)
             _follow(attempt, handle, events, options, deadline)
             attempt.wall_seconds = time.monotonic() - started
-            _stop(zygote, handle, token, job_ids[0] if job_ids else None)
+            _stop(zygote, handle, token, job_uid)
         if not reader.join(STOP_GRACE_SECONDS).closed:
             reader.stop()  # an escaped process holds the pipe: stop listening
             reader.join(1.0)

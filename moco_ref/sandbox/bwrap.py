@@ -63,7 +63,8 @@ LAUNCHER = PACKAGE_DIR / "sandbox" / "launch.py"
 # sandbox's own in-process modules
 VIEW_FILES = ("__init__.py", "probe", "observe", "sandbox/__init__.py", "sandbox/zygote.py",
               "sandbox/procs.py", "sandbox/jobspace.py", "sandbox/confine.py",
-              "sandbox/seccomp.py", "sandbox/clib.py", "sandbox/landlock.py")
+              "sandbox/seccomp.py", "sandbox/clib.py", "sandbox/landlock.py",
+              "sandbox/shared_memory.py")
 SYSTEM_TOP = ("usr", "lib", "lib32", "lib64", "bin", "sbin")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "localtime")
 ETC_GENERATED = {

@@ -13,9 +13,10 @@ Isolation (``MOCO_REF_ISOLATION``, or ``moco-ref grade --isolation``) is a ladde
   Gradescope and PrairieLearn): the zygote runs as the grader's user with a clean
   environment and only the observing side importable (a copied view); each job runs in a
   scratch folder of its own as an unprivileged uid of its own when the grader is root
-  (``JOB_IDS``), restricted by Landlock to read-only system, Python and view and read-write
-  scratch, under the seccomp filter and rlimits, in a session of its own
-  (``confine.confine_in_place``); ``NOT_PROTECTED`` says what that leaves open;
+  (``JOB_IDS``; a gid of its own when it must stay uid 0), restricted by Landlock to
+  read-only system, Python and view and read-write scratch, under the seccomp filter and
+  rlimits, in a session of its own (``confine.confine_in_place``); ``NOT_PROTECTED`` says
+  what that leaves open;
 - ``processes``: for trusted code only — the submission runs as the grader's user, with the
   grader's file system; a supervisor and ``/proc`` sweeps (``procs``) still stop everything
   it starts.
@@ -58,7 +59,9 @@ NOT_PROTECTED = {
                  "two-process probe needs loopback TCP; LAB jobs get no socket but UNIX), "
                  "the container's process list and command lines in /proc (pass secrets by "
                  "environment or file, never on the command line), /dev/shm shared between "
-                 "jobs, memory parked in a socket's queue (no cgroup counts it){root}{abi}"),
+                 "jobs (what a job keeps there counts against its memory and is removed at its "
+                 "end{shared}), memory parked in a socket's queue (no cgroup counts "
+                 "it){root}{abi}"),
     "processes": "not protected: everything (the submission runs as the grader)",
 }
 ZYGOTE_START_SECONDS = 300.0  # importing torch on a busy machine can take a while
@@ -128,8 +131,13 @@ def not_protected(isolation: str | None = None) -> str:
             "readable by other users), so root's process limit is not enforced (the job's "
             "watch counts every 0.1 s)" if zygote.jobs_as_root else "")
     gaps = landlock.missing(landlock.abi())
+    shared = ("; jobs of uid 0 may open each other's files there" if zygote.jobs_as_root else
+              "" if zygote.job_ids else
+              "; jobs of the grader's uid are told apart by when their files appear, so a "
+              "file made there while two jobs run counts against both and the first to end "
+              "removes it unless a process holds it")
     return NOT_PROTECTED["confined"].format(
-        root=root, abi=("; " + ", ".join(gaps)) if gaps else "")
+        root=root, abi=("; " + ", ".join(gaps)) if gaps else "", shared=shared)
 
 
 class JobHandle:
@@ -223,8 +231,10 @@ class Zygote:
         return argv, env, view
 
     def take_job_ids(self) -> tuple[int, int] | None:
-        """A uid and gid for one confined job (``None``: the job keeps the grader's)."""
-        if not self.job_ids:
+        """A uid and gid for one confined job (``None``: the job keeps the grader's); a job
+        that stays uid 0 (``jobs_as_root``) takes the gid only (``confine.become_job_group``:
+        its ``/dev/shm`` files are told apart by it)."""
+        if not self.job_ids and not self.jobs_as_root:
             return None
         with _HOST_IDS_LOCK:
             ids = bwrap.host_ids(self._job_ids_taken | _HOST_IDS_TAKEN, among=JOB_IDS)
@@ -278,9 +288,9 @@ class Zygote:
             return PROCESSES_ONLY
         words = self.hello.get("isolation", "")
         if self.rung == "confined":
-            uid = "an unprivileged uid of its own per job" if self.job_ids else \
-                "uid 0 without capabilities" if self.jobs_as_root else \
-                f"the grader's uid {os.geteuid()}"
+            uid = ("an unprivileged uid of its own per job" if self.job_ids else
+                   "uid 0 without capabilities (a gid of its own per job)"
+                   if self.jobs_as_root else f"the grader's uid {os.geteuid()}")
             words = words.replace("{user}", uid)
         return words
 

@@ -17,10 +17,12 @@ process afterwards.
 namespace (``CONFINED``): the worker, forked as the grader's user (root, in such a
 container), becomes the job's own unprivileged uid when it was given one (``setgroups``,
 ``setresgid``, ``setresuid``: no capability is left; it stays dumpable so its supervisor,
-watching as that uid, can read its ``/proc`` files), or else keeps its uid and gives up every
-capability; then ``no_new_privs``, Landlock (``landlock.restrict``: read-only system, Python
+watching as that uid, can read its ``/proc`` files), or else keeps its uid (with a gid of its
+own when that uid is root: ``become_job_group``) and gives up every capability; then
+``no_new_privs``, Landlock (``landlock.restrict``: read-only system, Python
 and the observer's view, read-write only its scratch, the harmless device nodes and
-``/dev/shm``) and the seccomp filter with the confined rung's ``Tightening``.
+``/dev/shm``) and the seccomp filter with the confined rung's ``Tightening`` (which refuses
+System V IPC and POSIX message queues: the container's IPC namespace is every job's).
 """
 
 from __future__ import annotations
@@ -98,6 +100,20 @@ def become_job_user(uid: int, gid: int) -> None:
     os.setresuid(uid, uid, uid)
     if set(os.getresuid()) != {uid} or set(os.getresgid()) != {gid}:
         raise OSError(1, f"still not only uid {uid}")
+    check_call(c_library().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
+
+
+def become_job_group(gid: int) -> None:
+    """A job that stays uid 0 (the confined rung, its Python installation closed to other
+    users) takes a gid of its own, for good: every file it makes carries it, which is how its
+    ``/dev/shm`` files are told from another job's (``shared_memory``). It stays dumpable,
+    so its supervisor can read its ``/proc`` files without ``CAP_SYS_PTRACE``."""
+    if gid == 0:
+        raise OSError(1, "the job's gid must not be root's")
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    if set(os.getresgid()) != {gid} or os.getgroups():
+        raise OSError(1, f"still not only gid {gid}")
     check_call(c_library().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
 
 

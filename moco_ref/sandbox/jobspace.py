@@ -17,8 +17,14 @@ namespace:
   kernel kills the rest of the namespace;
 - **network**: a loopback interface of its own, no route out (path-based UNIX sockets of
   the host are not in the file system view either);
-- **IPC**, **UTS**: nothing shared with other jobs (System V shared memory the job leaves
-  behind counts against its memory too); the host name is ``HOSTNAME``.
+- **IPC**, **UTS**: nothing shared with other jobs; the host name is ``HOSTNAME``. What the
+  job makes there lives as long as the namespace, which dies with the job's last process and
+  its supervisor: System V shared memory segments, message queues and semaphore sets, and
+  POSIX message queues. Until then segments count against the job's memory (``segments``),
+  and so do messages and semaphores (``held_bytes``: the kernel memory they take, estimated
+  high); POSIX message queues are held by the kernel to ``RLIMIT_MSGQUEUE``
+  (``zygote.MESSAGE_QUEUE_BYTES``), counted in the job's own user namespace (and, above it,
+  in the sandbox's, whose jobs share the kernel's default of the same size).
 
 The submission's process then leaves this user namespace for one of its own
 (``confine``), so the mounts above stay out of its reach.
@@ -144,11 +150,11 @@ def _loopback_up() -> None:
 
 
 def held_bytes() -> int:
-    """What the job keeps in memory outside its processes' address spaces, as seen from its
-    supervisor (which is in its mount and IPC namespaces): the bytes used in its tmpfs
-    (``SCRATCH``, ``SHARED_MEMORY`` — files there are memory, deleted ones still open too)
-    and in System V shared memory segments no process has attached (an attached one is in
-    its processes' proportional set sizes)."""
+    """What the job keeps in memory outside its processes' address spaces and outside its
+    ``segments``, as seen from its supervisor (which is in its mount and IPC namespaces): the
+    bytes used in its tmpfs (``SCRATCH``, ``SHARED_MEMORY`` — files there are memory, deleted
+    ones still open too) and the kernel memory of its System V message queues and semaphore
+    sets (``ipc_kernel_bytes``)."""
     total = 0
     for folder in (SCRATCH, SHARED_MEMORY):
         try:
@@ -156,14 +162,56 @@ def held_bytes() -> int:
         except OSError:
             continue
         total += (info.f_blocks - info.f_bfree) * info.f_frsize
-    try:
-        with open("/proc/sysvipc/shm") as handle:
-            header = handle.readline().split()
-            attached, rss = header.index("nattch"), header.index("rss")
-            for line in handle:
-                fields = line.split()
-                if len(fields) > max(attached, rss) and fields[attached] == "0":
-                    total += int(fields[rss])
-    except (OSError, ValueError):
-        pass
+    return total + ipc_kernel_bytes()
+
+
+# What the kernel allocates (x86-64): a semaphore is a cache line (struct sem), a set one
+# allocation, rounded up to a power of two pages when larger than one (a set of 32000 takes
+# 2 MB, as measured on 6.x kernels); a message a header of 48 bytes in an allocation of at
+# least 64, its text in allocations at most twice its size (high); a set or a queue a few
+# hundred bytes of its own (high).
+SEMAPHORE_BYTES, MESSAGE_BYTES, IPC_OBJECT_BYTES = 64, 64, 1024
+
+
+def ipc_kernel_bytes(sysvipc: str = "/proc/sysvipc") -> int:
+    """The kernel memory the System V message queues and semaphore sets of this IPC
+    namespace take (no process's memory shows it), estimated: ``IPC_OBJECT_BYTES`` each, with
+    ``MESSAGE_BYTES`` and twice the text of each message queued, and ``SEMAPHORE_BYTES`` per
+    semaphore, a set above a page rounded up to a power of two pages (the allocator's)."""
+    total = 0
+    for row in _rows(f"{sysvipc}/msg"):
+        try:
+            total += IPC_OBJECT_BYTES + MESSAGE_BYTES * int(row["qnum"]) + 2 * int(row["cbytes"])
+        except (KeyError, ValueError):
+            continue
+    for row in _rows(f"{sysvipc}/sem"):
+        try:
+            size = IPC_OBJECT_BYTES + SEMAPHORE_BYTES * int(row["nsems"])
+        except (KeyError, ValueError):
+            continue
+        total += size if size <= 4096 else 1 << (size - 1).bit_length()
     return total
+
+
+def segments(sysvipc: str = "/proc/sysvipc") -> dict[tuple[str, int], int]:
+    """The System V shared memory segments of this IPC namespace, ``("sysv", shmid)`` → their
+    resident bytes: memory the job keeps under an id, attached or not (``zygote.JobWatch``
+    counts the part a process of the job maps in that process's proportional set size, and
+    the rest here; a process maps a segment as ``/SYSV…`` with the shmid as its inode)."""
+    found = {}
+    for row in _rows(f"{sysvipc}/shm"):
+        try:
+            found[("sysv", int(row["shmid"]))] = int(row["rss"])
+        except (KeyError, ValueError):
+            continue
+    return found
+
+
+def _rows(path: str) -> list[dict[str, str]]:
+    """The rows of a ``/proc/sysvipc`` table, by column name (none when it cannot be read)."""
+    try:
+        with open(path) as handle:
+            header = handle.readline().split()
+            return [dict(zip(header, line.split())) for line in handle]
+    except OSError:
+        return []

@@ -26,9 +26,14 @@ mean the same calls. Only x86-64 has a table here; elsewhere ``available()`` say
 The confined rung (no namespaces: ``confine.confine_in_place``) adds ``Tightening``: sockets
 of no family but UNIX (and, for a job that needs loopback TCP, IPv4/IPv6), since the job
 shares the container's network; ``prctl(PR_SET_DUMPABLE)``, so the job cannot hide its
-processes from its supervisor's watch; and, for a job that is still uid 0 (without
-capabilities), every call that changes a file's mode, owner, times or extended attributes,
-which Landlock does not govern and root owns the files for.
+processes from its supervisor's watch; System V IPC (shared memory segments, message queues,
+semaphore sets) and POSIX message queues (``IPC_X86_64``), since the job shares the
+container's IPC namespace, where what it made would outlive it and no job's memory would
+count it (nothing a MoCo submission needs uses them: torch shares tensors through
+``/dev/shm`` files and memory files, multiprocessing's semaphores are ``/dev/shm`` files,
+which the job's watch counts and its end removes: ``shared_memory``); and, for a job that is
+still uid 0 (without capabilities), every call that changes a file's mode, owner, times or
+extended attributes, which Landlock does not govern and root owns the files for.
 """
 
 from __future__ import annotations
@@ -87,6 +92,13 @@ CLONE_X86_64, CLONE3_X86_64, IOCTL_X86_64 = 56, 435, 16
 SOCKET_X86_64, PRCTL_X86_64 = 41, 157
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 PR_SET_DUMPABLE = 4
+# System V IPC and POSIX message queues: the confined rung's IPC namespace is the container's
+IPC_X86_64 = {
+    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65,
+    "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+    "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243,
+    "mq_notify": 244, "mq_getsetattr": 245,
+}
 FILE_METADATA_X86_64 = {
     "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92, "fchown": 93,
     "lchown": 94, "fchownat": 260, "utime": 132, "utimes": 235, "futimesat": 261,
@@ -104,7 +116,7 @@ class Tightening:
 
     def refused(self) -> list[str]:
         found = ["socket (families but UNIX" + (", IPv4, IPv6, netlink)" if self.tcp else ")"),
-                 "prctl (PR_SET_DUMPABLE)"]
+                 "prctl (PR_SET_DUMPABLE)", *sorted(IPC_X86_64)]
         return found + (sorted(FILE_METADATA_X86_64) if self.file_metadata else [])
 
 
@@ -140,6 +152,8 @@ def program(tightening: Tightening | None = None) -> bytes:
         _statement(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
     ]
     refused = dict(REFUSED_X86_64)
+    if tightening:
+        refused.update(IPC_X86_64)
     if tightening and tightening.file_metadata:
         refused.update(FILE_METADATA_X86_64)
     code += refusing(refused.values(), deny)

@@ -43,9 +43,12 @@ With ``--confined RULES`` (the confined rung, where no namespace can be made) th
 as the grader's user with a clean environment and a copied view of the observing side; a
 job's supervisor makes its scratch folder (owned by the job's own uid when it has one),
 watches as that uid (``setfsuid``: its ``/proc`` files need no ``CAP_SYS_PTRACE``), treats a
-process of the job it cannot read twice in a row as over its limits, and at the end kills
-every process of the job's uid; the worker becomes that uid, unpacks the submission and
-takes ``confine.confine_in_place`` (Landlock over ``RULES`` and its scratch, seccomp).
+process of the job it cannot read twice in a row as over its limits, counts the job's files in
+the container's ``/dev/shm`` (``shared_memory``), and at the end kills every process of the
+job's uid and removes those files (the zygote again when it collects a killed supervisor);
+the worker becomes that uid (or, a job that stays uid 0, takes a gid of its own), unpacks the
+submission and takes ``confine.confine_in_place`` (Landlock over ``RULES`` and its scratch,
+seccomp with System V IPC and POSIX message queues refused).
 
 The zygote is a child subreaper too: a process whose supervisor was killed is re-parented to
 it, and any child of the zygote that is not a live supervisor is killed with its descendants.
@@ -68,6 +71,7 @@ import resource
 import select
 import signal
 import socket
+import stat
 import sys
 import time
 
@@ -82,6 +86,7 @@ MAX_MESSAGE = 1 << 16
 CHANNEL_FD = 3  # where the worker finds its observation channel
 BUNDLE_FD = 4  # where a sandboxed job's worker finds its submission (a tar stream)
 MAX_FILE_BYTES = 2**30
+MESSAGE_QUEUE_BYTES = 819200  # RLIMIT_MSGQUEUE of a job (the kernel's default)
 SCRATCH_MB = 1024  # the job's tmpfs (never more than its memory budget)
 WATCH_SECONDS = 0.1  # how often the job's memory and CPU are added up
 ADDRESS_SPACE_HEADROOM_MB = 4096  # torch alone maps ~3.4 GB of address space per process
@@ -233,6 +238,7 @@ def serve(control_fd: int, sandboxed: bool = False, confined: bool = False) -> i
                 "isolation": isolation, "isolation_error": isolation_error,
                 "subreaper": subreaper})
     jobs: dict[int, str] = {}  # supervisor pid -> job id
+    owners: dict = {}  # supervisor pid -> a confined job's shared_memory.Owner
     warm_ups = _idle_warm_ups()
     try:
         while True:
@@ -252,8 +258,10 @@ def serve(control_fd: int, sandboxed: bool = False, confined: bool = False) -> i
                     break  # the grader is gone
                 request = json.loads(data)
                 if request.get("op") == "spawn":
-                    pid = _spawn(sock, request, fds, wake_r, wake_w)
+                    pid, owner = _spawn(sock, request, fds, wake_r, wake_w)
                     jobs[pid] = request["job"]
+                    if owner is not None:
+                        owners[pid] = owner
                     send(sock, {"event": "started", "job": request["job"], "pid": pid})
                 elif request.get("op") == "signal":  # pids here mean nothing to the grader
                     _signal_job(jobs, str(request.get("job")), int(request.get("signal", 0)))
@@ -267,6 +275,8 @@ def serve(control_fd: int, sandboxed: bool = False, confined: bool = False) -> i
                     pass
             ended = _reap(jobs)
             _kill_strays(jobs)  # before "exited" is sent: the job is over when it is read
+            for pid, _, _ in ended:  # its supervisor did, unless it was killed first
+                _sweep_shared_memory(owners.pop(pid, None))
             for pid, job, status in ended:
                 send(sock, {"event": "exited", "job": job, "pid": pid, "status": status})
     finally:
@@ -278,6 +288,8 @@ def serve(control_fd: int, sandboxed: bool = False, confined: bool = False) -> i
                     pass
         procs.kill_until_gone(lambda: procs.descendants([os.getpid()]), deadline_seconds=5)
         procs.reap_children()
+        for owner in owners.values():
+            _sweep_shared_memory(owner)
     return 0
 
 
@@ -337,10 +349,17 @@ def _kill_strays(jobs: dict[int, str]) -> None:
         )
 
 
-def _spawn(sock, request: dict, fds: list[int], wake_r: int, wake_w: int) -> int:
+def _spawn(sock, request: dict, fds: list[int], wake_r: int, wake_w: int):
+    """The job's supervisor, forked; returns its pid and, for a confined job, the owner of
+    its ``/dev/shm`` entries (``shared_memory.Owner``: told before the job starts)."""
+    owner = None
+    if request.get("confined"):
+        from moco_ref.sandbox import shared_memory
+
+        owner = shared_memory.Owner.of_job(request["confined"])
     pid = os.fork()
     if pid != 0:
-        return pid
+        return pid, owner
     # ---- the supervisor (never returns)
     code = 70
     try:
@@ -349,7 +368,7 @@ def _spawn(sock, request: dict, fds: list[int], wake_r: int, wake_w: int) -> int
         sock.close()
         for fd in (wake_r, wake_w):
             os.close(fd)
-        code = _supervise(request, fds)
+        code = _supervise(request, fds, owner)
     except BaseException:  # noqa: BLE001 - a supervisor must never go back to the zygote loop
         import traceback
 
@@ -381,7 +400,7 @@ def _install_fds(fds: list[int]) -> None:
     os.closerange(last + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
-def _supervise(request: dict, fds: list[int]) -> int:
+def _supervise(request: dict, fds: list[int], owner=None) -> int:
     from moco_ref.observe.channel import EXIT, FrameWriter
 
     os.setsid()
@@ -390,7 +409,8 @@ def _supervise(request: dict, fds: list[int]) -> int:
     isolation, note = "processes", ""
     budget = request.get("memory_mb")
     budget = int(budget) if budget and int(budget) > 0 else None
-    held = None
+    held = stored = None
+    devices: frozenset = frozenset()
     if request.get("sandboxed"):
         from moco_ref.sandbox import jobspace
 
@@ -399,6 +419,7 @@ def _supervise(request: dict, fds: list[int]) -> int:
                            shared_memory_mb=min(jobspace.SHARED_MEMORY_MB,
                                                 budget or jobspace.SHARED_MEMORY_MB))
             held = jobspace.held_bytes
+            stored = lambda: (jobspace.segments(), "")  # noqa: E731
         except OSError as exc:  # the grader refuses a job without it: say why
             writer.send(EXIT, {"status": None, "isolation": "", "note": f"the job's "
                                f"namespaces could not be made ({exc})", "stopped": False,
@@ -408,7 +429,7 @@ def _supervise(request: dict, fds: list[int]) -> int:
     confined = request.get("confined")
     if confined:
         try:
-            held = _confined_scratch(request["scratch"], confined)
+            stored, devices = _confined_scratch(request["scratch"], confined, owner)
         except OSError as exc:
             writer.send(EXIT, {"status": None, "isolation": "", "note": f"the job's scratch "
                                f"could not be made ({exc})", "stopped": False, "swept": 0})
@@ -441,11 +462,13 @@ def _supervise(request: dict, fds: list[int]) -> int:
     _close(BUNDLE_FD)  # the job's init has it for the worker
     status, stopped, raw = None, False, None
     watch = JobWatch(os.getpid(), request.get("memory_mb"), request.get("cpu_seconds"),
-                     held=held, not_counted={child} if in_namespace else set(),
+                     held=held, stored=stored, memory_devices=devices,
+                     not_counted={child} if in_namespace else set(),
                      strict_uid=_job_user(confined))
     job_uid = (confined or {}).get("uid")
-    if job_uid:  # read the job's /proc files as its own user: no CAP_SYS_PTRACE needed
-        _set_file_user(int(job_uid), int(confined["gid"]))
+    watch_ids = _watch_ids(confined)
+    if watch_ids:  # read the job's /proc files as its own user: no CAP_SYS_PTRACE needed
+        _set_file_user(*watch_ids)
     while raw is None and not watch.exceeded:
         taken = signal.sigtimedwait(waited, WATCH_SECONDS)
         if taken is not None and taken.si_signo == signal.SIGTERM:
@@ -462,7 +485,7 @@ def _supervise(request: dict, fds: list[int]) -> int:
     if in_namespace and raw is not None:
         reported = os.read(status_r, 16)
         status = int(reported) if reported.strip() else None
-    if job_uid:
+    if watch_ids:
         _set_file_user(0, 0)
     me = os.getpid()
     token = request["token"]
@@ -475,6 +498,7 @@ def _supervise(request: dict, fds: list[int]) -> int:
         import shutil
 
         shutil.rmtree(request["scratch"], ignore_errors=True)
+        _sweep_shared_memory(owner)  # the zygote again when it collects this supervisor
     try:
         writer.send(EXIT, {"status": status, "isolation": isolation, "note": note,
                            "stopped": stopped, "swept": swept, "limit": watch.exceeded,
@@ -497,24 +521,34 @@ class JobWatch:
     create.)
 
     Memory is what the job would free by ending: its processes' proportional set sizes (pages
-    shared with the zygote or between forks count once), the memory files (``memfd``) they
-    hold open and have not mapped (mapped ones are in those sizes), and ``held()`` — for a
-    sandboxed job, its tmpfs and unattached System V segments (``jobspace.held_bytes``). A
-    memory file both open and mapped in different processes may count twice: the sum errs
-    high, never low. Processes and threads are counted over the job's processes but
-    ``not_counted`` (the job's init).
+    shared with the zygote or between forks count once); its memory files — the ``memfd``
+    files its processes hold open, the files on ``memory_devices`` they hold open (unlinked
+    or not: the confined rung's ``/dev/shm`` and scratch) and what ``stored()`` names (a
+    sandboxed job's System V segments, ``jobspace.segments``; a confined job's scratch and
+    its ``/dev/shm`` files, ``shared_memory``), each file once, by its allocated bytes less
+    what its mappings in the job's processes add to their proportional set sizes (a file
+    mapped by one page still counts whole); and ``held()`` — for a sandboxed job, its tmpfs
+    and the kernel memory of its message queues and semaphores (``jobspace.held_bytes``).
+    A file of the tmpfs also mapped is in both: the sum errs high, never low. ``stored()``
+    may also say why the job is over its limits whatever its bytes (``shared_memory``).
+    Processes and threads are counted over the job's processes but ``not_counted`` (the
+    job's init).
 
     Beside its CPU time, the time its threads spent runnable but waiting for a CPU
     (``run_queue``, summed over every thread seen): the EXIT frame carries both, so the
     grader can tell a job starved by others from one that slept (``attempt.starvation``)."""
 
     def __init__(self, supervisor: int, memory_mb: int | None, cpu_seconds: float | None, *,
-                 held=None, not_counted: set[int] = frozenset(),
+                 held=None, stored=None, memory_devices=frozenset(),
+                 not_counted: set[int] = frozenset(),
                  max_tasks: int = MAX_PROCESSES, strict_uid: int | None = None):
         self.supervisor = supervisor
         self.memory = int(memory_mb) * 2**20 if memory_mb else None
         self.cpu_limit = float(cpu_seconds) if cpu_seconds else None
         self.held = held
+        self.stored = stored  # () -> ({file key: bytes}, why the job is over its limits or "")
+        self.memory_devices = frozenset(memory_devices)
+        self.mapped: dict = {}  # file key -> bytes of it in the members' proportional sets
         self.not_counted = set(not_counted)
         self.max_tasks = max_tasks
         # the confined rung: a process of the job's user that the watch cannot read is over
@@ -555,8 +589,14 @@ class JobWatch:
         if self._waits:
             self.run_queue = (self._waits_ended + sum(self._waits.values())) / 1e9
 
-    def _proportional(self, pid: int) -> int:
-        """The process's proportional set size (its resident set when that cannot be read)."""
+    def _proportional(self, pid: int, files=None) -> int:
+        """The process's proportional set size (its resident set when that cannot be read);
+        with ``files`` (a dict of memory files), the part of it each of them makes up is
+        added to ``files``'s entry of ``mapped`` (``_proportional_by_file``)."""
+        if files:
+            found = _proportional_by_file(pid, files, self.mapped)
+            if found is not None:
+                return found
         try:
             with open(f"/proc/{pid}/smaps_rollup", "rb") as handle:
                 for line in handle:
@@ -574,10 +614,9 @@ class JobWatch:
             return 0
 
     @staticmethod
-    def memory_files(members, *, unmapped_only: bool = False, unreadable=None) -> int:
-        """The bytes allocated to the distinct memory files (``memfd``) ``members`` hold open;
-        with ``unmapped_only``, of those none of them maps (a mapping's pages are in its
-        proportional set size)."""
+    def memory_files(members, *, devices=frozenset(), unreadable=None) -> dict:
+        """The distinct memory files ``members`` hold open, ``(st_dev, st_ino)`` → allocated
+        bytes: every ``memfd`` file, and every regular file on one of ``devices``."""
         files: dict[tuple[int, int], int] = {}
         unreadable = set() if unreadable is None else unreadable
         for pid in members:
@@ -591,17 +630,21 @@ class JobWatch:
                 continue
             for name in names:
                 try:
+                    if devices:
+                        info = os.stat(f"{folder}/{name}")
+                        if info.st_dev in devices and stat.S_ISREG(info.st_mode):
+                            files[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+                            continue
                     if not os.readlink(f"{folder}/{name}").startswith("/memfd:"):
                         continue
                     info = os.stat(f"{folder}/{name}")
+                except PermissionError:  # its descriptors cannot be read: not counted
+                    unreadable.add(pid)
+                    break
                 except OSError:
                     continue
                 files[(info.st_dev, info.st_ino)] = info.st_blocks * 512
-        if unmapped_only and files:
-            for pid in members:
-                for key in _mapped_memory_files(pid):
-                    files.pop(key, None)
-        return sum(files.values())
+        return files
 
     def check(self) -> None:
         table = procs.all_processes()  # one read of every /proc/PID/stat per check
@@ -609,13 +652,16 @@ class JobWatch:
         cpu = sum(table[pid].cpu_ticks for pid in members) / self._tick
         tasks = sum(table[pid].threads for pid in members if pid not in self.not_counted)
         outside = self.held() if self.held is not None else 0
-        # cheap, and never below the exact sum: resident sets, every memory file held
+        # cheap, and never below the exact sum: resident sets, every memory file whole
         hidden: set[int] = set()
-        memory = sum(self._resident(pid) for pid in members) + outside + \
-            self.memory_files(members, unreadable=hidden)
+        files = self.memory_files(members, devices=self.memory_devices, unreadable=hidden)
+        stored, problem = self.stored() if self.stored is not None else ({}, "")
+        files.update(stored)
+        memory = sum(self._resident(pid) for pid in members) + outside + sum(files.values())
         if self.memory and memory > self.memory:  # only then the exact, costlier sum
-            memory = sum(self._proportional(pid) for pid in members) + outside + \
-                self.memory_files(members, unmapped_only=True)
+            self.mapped = {}
+            memory = sum(self._proportional(pid, files) for pid in members) + outside + \
+                sum(max(0, size - self.mapped.get(key, 0)) for key, size in files.items())
         self.peak_rss = max(self.peak_rss, memory)
         self.peak_tasks = max(self.peak_tasks, tasks)
         self.cpu = max(self.cpu, cpu)
@@ -627,11 +673,13 @@ class JobWatch:
         if self.strict_uid is not None and hidden & hidden_before:
             self.exceeded = ("watch: a process of the job made itself unreadable to its "
                              "supervisor (its memory could not be counted)")
+        elif problem:
+            self.exceeded = problem
         elif self.memory and memory > self.memory:
             # no measured figures in the words: the same submission, the same report
             self.exceeded = ("memory: the job's processes held more than its "
                              f"{self.memory / 2**20:.0f} MB together (--memory-mb; memory "
-                             "files, its scratch and /dev/shm count)")
+                             "files, its scratch, /dev/shm and System V IPC count)")
         elif tasks > self.max_tasks:
             self.exceeded = ("processes: the job ran more than its "
                              f"{self.max_tasks} processes and threads together")
@@ -640,20 +688,38 @@ class JobWatch:
                              f"{self.cpu_limit:.0f} s of CPU (twice --timeout)")
 
 
-def _mapped_memory_files(pid: int) -> set[tuple[int, int]]:
-    """``(st_dev, st_ino)`` of the memory files ``pid`` maps (from ``/proc/PID/maps``)."""
-    found = set()
+def _proportional_by_file(pid: int, files: dict, mapped: dict) -> int | None:
+    """``pid``'s proportional set size from ``/proc/PID/smaps``, adding to ``mapped[key]``
+    the part of it in mappings of each memory file of ``files`` (keyed as ``JobWatch``
+    keys them: ``(st_dev, st_ino)``, or ``("sysv", shmid)`` for a System V segment, mapped as
+    ``/SYSV…`` with its shmid as the inode). None when it cannot be read."""
+    total, key, found = 0, None, {}
     try:
-        with open(f"/proc/{pid}/maps", "rb") as handle:
+        with open(f"/proc/{pid}/smaps", "rb") as handle:
             for line in handle:
-                if b"/memfd:" not in line:
-                    continue
-                fields = line.split()
-                major, minor = (int(part, 16) for part in fields[3].split(b":"))
-                found.add((os.makedev(major, minor), int(fields[4])))
+                head = line.split(None, 1)[0] if line.strip() else b""
+                if not head.endswith(b":"):  # a mapping's first line
+                    fields = line.split()
+                    key = None
+                    if len(fields) >= 5 and fields[4] != b"0":
+                        inode = int(fields[4])
+                        if len(fields) >= 6 and fields[5].startswith(b"/SYSV"):
+                            key = ("sysv", inode)
+                        else:
+                            major, minor = (int(part, 16) for part in fields[3].split(b":"))
+                            key = (os.makedev(major, minor), inode)
+                        if key not in files:
+                            key = None
+                elif head == b"Pss:":
+                    size = int(line.split()[1]) * 1024
+                    total += size
+                    if key is not None:
+                        found[key] = found.get(key, 0) + size
     except (OSError, ValueError, IndexError):
-        pass
-    return found
+        return None
+    for key, size in found.items():
+        mapped[key] = mapped.get(key, 0) + size
+    return total
 
 
 def _close(fd: int) -> None:
@@ -705,6 +771,7 @@ def _worker(request: dict) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+    _lower_limit(resource.RLIMIT_MSGQUEUE, MESSAGE_QUEUE_BYTES)
     os.environ[procs.TOKEN_VARIABLE] = request["token"]
     scratch = request["scratch"]  # the only writable folder when sandboxed
     confined = request.get("confined")
@@ -713,6 +780,10 @@ def _worker(request: dict) -> None:
 
         confine.become_job_user(int(confined["uid"]), int(confined["gid"]))
         resource.setrlimit(resource.RLIMIT_NPROC, (MAX_PROCESSES, MAX_PROCESSES))
+    elif confined and confined.get("gid") and os.geteuid() == 0:  # uid 0: a gid of its own
+        from moco_ref.sandbox import confine
+
+        confine.become_job_group(int(confined["gid"]))
     temporary = os.path.join(scratch, "tmp")
     os.makedirs(temporary, exist_ok=True)
     os.makedirs(os.path.join(scratch, "work"), exist_ok=True)
@@ -747,7 +818,8 @@ def _worker(request: dict) -> None:
 CONFINED_RULES: list = []  # [path, access] the confined zygote's jobs may use (--confined)
 CONFINED_BASE = ("confined (no namespaces here): Landlock ABI {abi} (read-only system, "
                  "Python and observer; read-write only the job's scratch), {user}, "
-                 "no_new_privs, seccomp filter, rlimits, its own session")
+                 "no_new_privs, seccomp filter (no System V IPC, no POSIX message queues), "
+                 "rlimits, its own session; its /dev/shm files counted and removed at its end")
 
 
 def confined_words(confined: dict) -> str:
@@ -755,6 +827,8 @@ def confined_words(confined: dict) -> str:
     from moco_ref.sandbox import landlock
 
     user = (f"uid {confined['uid']} of its own (unprivileged)" if confined.get("uid") else
+            f"uid 0 without capabilities (gid {confined['gid']} of its own)"
+            if os.geteuid() == 0 and confined.get("gid") else
             "uid 0 without capabilities" if os.geteuid() == 0 else
             f"the grader's uid {os.geteuid()}")
     return CONFINED_BASE.format(abi=landlock.abi(), user=user)
@@ -767,50 +841,99 @@ def _job_user(confined: dict | None) -> int | None:
     return int(confined["uid"]) if confined.get("uid") else os.geteuid()
 
 
-def _confined_scratch(folder: str, confined: dict):
-    """The job's scratch (its only writable folder), its user's; returns what its watch
-    counts as held outside its processes: the scratch's bytes and its user's ``/dev/shm``
-    files."""
+def _watch_ids(confined: dict | None) -> tuple[int, int] | None:
+    """The file-system uid and gid a confined job's supervisor (root) watches it as: the job's
+    own, so that the kernel lets it read the job's ``/proc`` files (file descriptors, maps)
+    without ``CAP_SYS_PTRACE``, which a container does not give — a job that stays uid 0 has
+    a gid of its own too. None: no change (not confined, or the grader is not root)."""
+    if not confined or os.geteuid() != 0:
+        return None
+    if confined.get("uid"):
+        return int(confined["uid"]), int(confined["gid"])
+    return (0, int(confined["gid"])) if confined.get("gid") else None
+
+
+def _confined_scratch(folder: str, confined: dict, owner):
+    """The job's scratch (its only writable folder), its user's. Returns what its watch
+    counts as stored outside its processes (``JobWatch.stored``: the scratch's files and the
+    job's ``/dev/shm`` entries, ``shared_memory``; read as root when the job has a uid of its
+    own, so that no folder it closes hides them) and the devices whose files its processes
+    hold open are memory (``/dev/shm``'s, and the scratch's when it is a tmpfs)."""
+    from moco_ref.sandbox import shared_memory
+
     os.mkdir(folder, 0o700)
-    uid = confined.get("uid")
+    uid, gid = confined.get("uid"), confined.get("gid")
     if uid:
-        os.chown(folder, int(uid), int(confined["gid"]))
-    return lambda: _folder_bytes(folder) + (_shared_memory_bytes(int(uid)) if uid else 0)
+        os.chown(folder, int(uid), int(gid))
+    watch_ids = _watch_ids(confined)
 
-
-MAX_WATCHED_FILES = 20000
-
-
-def _folder_bytes(folder: str) -> int:
-    """The bytes the files below ``folder`` occupy (the first ``MAX_WATCHED_FILES``)."""
-    total, seen, todo = 0, 0, [folder]
-    while todo and seen < MAX_WATCHED_FILES:
+    def stored() -> tuple[dict, str]:
+        if watch_ids:
+            _set_file_user(0, 0)
         try:
-            entries = list(os.scandir(todo.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            seen += 1
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            total += info.st_blocks * 512
-            if entry.is_dir(follow_symlinks=False):
-                todo.append(entry.path)
-    return total
+            entries, _ = shared_memory.walk(folder, limit=MAX_WATCHED_FILES)
+            held = shared_memory.holdings(owner) if owner is not None else \
+                shared_memory.Holdings()
+        finally:
+            if watch_ids:
+                _set_file_user(*watch_ids)
+        files = {(info.st_dev, info.st_ino): info.st_blocks * 512 for _, info in entries}
+        files.update(held.files)
+        return files, held.problem()
+
+    devices = {shared_memory.device(), _memory_device(folder)} - {None}
+    return stored, frozenset(devices)
 
 
-def _shared_memory_bytes(uid: int) -> int:
-    total = 0
+MAX_WATCHED_FILES = 20000  # entries of a confined job's scratch counted
+
+
+def _memory_device(path: str) -> int | None:
+    """``st_dev`` of ``path`` when its file system keeps files in memory (tmpfs, ramfs)."""
     try:
-        for entry in os.scandir("/dev/shm"):
-            info = entry.stat(follow_symlinks=False)
-            if info.st_uid == uid:
-                total += info.st_blocks * 512
-    except OSError:
+        wanted = os.stat(path).st_dev
+        with open("/proc/self/mountinfo") as handle:
+            for line in handle:
+                fields = line.split()
+                major, minor = (int(part) for part in fields[2].split(":"))
+                if os.makedev(major, minor) == wanted:
+                    kind = fields[fields.index("-") + 1]
+                    return wanted if kind in ("tmpfs", "ramfs") else None
+    except (OSError, ValueError, IndexError):
         pass
-    return total
+    return None
+
+
+def _sweep_shared_memory(owner) -> int:
+    """Remove a confined job's ``/dev/shm`` entries (``shared_memory.sweep``; ``owner``:
+    its ``shared_memory.Owner``, None for no confined job) as their owner: the job's uid when
+    it has one (no capability needed in the sticky folder), else this process's, sparing —
+    for a job of the grader's uid — what a live process holds. Returns how many."""
+    if owner is None:
+        return 0
+    from moco_ref.sandbox import shared_memory
+
+    spare: frozenset = frozenset()
+    if owner.shared:
+        device = shared_memory.device()
+        spare = shared_memory.held_open(owner.uid, device) if device is not None else spare
+    switch = owner.uid is not None and not owner.shared and os.geteuid() == 0
+    if switch:
+        _set_file_user(owner.uid, 0)
+    try:
+        return shared_memory.sweep(owner, spare=spare)
+    except OSError:
+        return 0
+    finally:
+        if switch:
+            _set_file_user(0, 0)
+
+
+def _lower_limit(which: int, value: int) -> None:
+    """``which`` no higher than ``value`` (lowered only)."""
+    soft, hard = resource.getrlimit(which)
+    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(which, (value, value))
 
 
 def _set_file_user(uid: int, gid: int) -> None:

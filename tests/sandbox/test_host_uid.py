@@ -413,22 +413,3 @@ def test_a_sandbox_s_host_uid_is_free_and_unnamed(monkeypatch):
     monkeypatch.setattr(bwrap, "HOST_IDS", range(first[0], first[0] + 1))
     with pytest.raises(bwrap.HostUserUnavailable, match="none of the host uids"):
         bwrap.host_ids()
-
-
-def test_memory_files_count_once_and_not_when_mapped():
-    import mmap
-
-    fd = os.memfd_create("moco-ref-test")
-    try:
-        os.posix_fallocate(fd, 0, 8 * 2**20)
-        second = os.dup(fd)  # the same file twice: counted once
-        me = [os.getpid()]
-        assert zygote.JobWatch.memory_files(me) == 8 * 2**20
-        assert zygote.JobWatch.memory_files(me, unmapped_only=True) == 8 * 2**20
-        mapping = mmap.mmap(fd, 8 * 2**20)  # now in this process's proportional set size
-        assert zygote.JobWatch.memory_files(me) == 8 * 2**20  # the cheap, high bound
-        assert zygote.JobWatch.memory_files(me, unmapped_only=True) == 0
-        mapping.close()
-        os.close(second)
-    finally:
-        os.close(fd)
