@@ -10,6 +10,7 @@ from moco_ref.judge.record import (
     boolean,
     entries,
     in_time,
+    integer,
     need,
     tensor_of,
     text_or_none,
@@ -65,6 +66,8 @@ def _builder(data, options: GradeOptions) -> None:
                     tensor_of(pair["labels"], f"{where}'s pair {i} labels")
             if "loss_returned" in step:
                 boolean(step["loss_returned"], f"{where}.loss_returned")
+    if data.get("defaults") is not None:
+        _defaults_run(data["defaults"])
     try:
         from moco_ref.probe.builder import default_builder_probe
     except ImportError:
@@ -177,3 +180,47 @@ def recorded_pointer(value) -> int | None:
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
         return int(value.reshape(-1)[0])
     return None
+
+
+MAX_DEFAULTS_STEPS = 8
+MAX_DEFAULT_SIZE = 2**20  # a default K or dim beyond this is no queue a course trains
+
+
+def _defaults_run(run) -> None:
+    """The run at the constructor's defaults: its few steps, each a handful of small tensors
+    whose sizes follow the queue it names."""
+    entries(run, schema.DefaultsRun, "the run at the constructor's defaults")
+    text_or_none(run.get("error"), "the defaults run's error")
+    defaults = run.get("defaults", {})
+    need(isinstance(defaults, dict) and set(defaults) <= {"dim", "K", "m", "T"} and all(
+        isinstance(v, float) for v in defaults.values()), "the defaults run's defaults")
+    steps = run.get("steps", [])
+    need(isinstance(steps, list) and len(steps) <= MAX_DEFAULTS_STEPS,
+         "the defaults run's steps are not a short list")
+    if not steps:
+        return
+    K = integer(run.get("K"), "the defaults run's K", 1)
+    dim = integer(run.get("dim"), "the defaults run's dim", 1)
+    batch = integer(run.get("batch"), "the defaults run's batch", 1)
+    need(K <= MAX_DEFAULT_SIZE and dim <= 4096, "the defaults run's queue is too large")
+    for t, step in enumerate(steps):
+        in_time()
+        where = f"the defaults run's step {t}"
+        entries(step, schema.DefaultsStep, where)
+        sizes = set()
+        for name in ("params_q", "params_k"):
+            if step.get(name) is not None:
+                sizes.add(tensor_of(step[name], f"{where}.{name}", ndim=1).numel())
+        need(len(sizes) <= 1, f"{where}'s parameter vectors differ in length")
+        keys = step.get("keys")
+        if keys is not None:
+            keys = tensor_of(keys, f"{where}.keys", ndim=2)
+            need(keys.shape[1] == dim and keys.shape[0] <= 4 * batch, f"{where}.keys' shape")
+        written = tensor_of(step.get("written"), f"{where}.written", ndim=2)
+        need(written.shape[0] == dim and written.shape[1] <= 4 * batch, f"{where}.written's shape")
+        for name in ("ptr_before", "ptr_after"):
+            need(step.get(name) is None or isinstance(step[name], int), f"{where}.{name}")
+        changed = step.get("changed")
+        need(isinstance(changed, list) and len(changed) <= 16 * batch and all(
+            isinstance(c, int) and 0 <= c < K for c in changed), f"{where}.changed")
+        integer(step.get("changed_count"), f"{where}.changed_count", 0)

@@ -2,7 +2,8 @@
 
 In one process (a one-process ``torch.distributed`` group, ``.cuda()`` on the CPU): the main
 run, a short ``mlp=True`` run and a ragged run (K not a multiple of the batch), each built and
-trained by ``builder_probe``. Then, outside that group, the two-process run of
+trained by ``builder_probe``, and a short run at the constructor's own defaults
+(``builder_defaults``). Then, outside that group, the two-process run of
 ``builder_ranks``, sized for a symmetric module when the main run's forward gave two pairs
 (both views' keys enter the queue). Nothing here judges.
 """
@@ -13,6 +14,7 @@ from dataclasses import replace
 
 import torch
 
+from moco_ref.observe.builder_defaults import run_at_defaults
 from moco_ref.observe.builder_env import cuda_on_cpu, one_process_group
 from moco_ref.observe.builder_probe import CONSTRUCTOR_EXTRAS, run_builder
 from moco_ref.observe.builder_ranks import observe_ranks
@@ -47,6 +49,7 @@ def observe_builder(namespace: dict, options: GradeOptions,
         record["run"] = run_builder(moco_class, probe)
         record["mlp"] = run_builder(moco_class, replace(probe, steps=probe.mlp_steps), mlp=True)
         record["ragged"] = run_builder(moco_class, ragged_probe(probe))
+        record["defaults"] = run_at_defaults(moco_class, probe)
     if record["environment"]["process_group"] == "created":
         with one_thread(), torch.random.fork_rng(devices=[]), cuda_on_cpu():
             record["ranks"] = observe_ranks(moco_class, probe,

@@ -162,7 +162,7 @@ def parameters_of(model) -> EncoderParameters:
             "params_k": _flat(getattr(model, "encoder_k", None))}
 
 
-def _buffer(model, name: str):
+def buffer_copy(model, name: str):
     """A copy of the tensor ``model.<name>`` (a plain int, e.g. a pointer kept as a Python
     attribute, as a one-element tensor); None when there is neither."""
     value = getattr(model, name, None)
@@ -175,16 +175,16 @@ def _buffer(model, name: str):
 
 def state_of(model) -> BuilderState:
     """Parameters of both encoders, the queue buffer and the pointer, as they are now."""
-    return {**parameters_of(model), "queue": _buffer(model, "queue"),
-            "queue_ptr": _buffer(model, "queue_ptr")}
+    return {**parameters_of(model), "queue": buffer_copy(model, "queue"),
+            "queue_ptr": buffer_copy(model, "queue_ptr")}
 
 
-def _describe(value) -> dict:
+def describe_value(value) -> dict:
     info: dict = {"type": type(value).__name__}
     if isinstance(value, torch.Tensor):
         info.update(shape=list(value.shape), dtype=str(value.dtype).replace("torch.", ""))
     elif isinstance(value, (tuple, list)):
-        info.update(length=len(value), items=[_describe(v) for v in list(value)[:4]])
+        info.update(length=len(value), items=[describe_value(v) for v in list(value)[:4]])
     return info
 
 
@@ -202,8 +202,8 @@ def describe_module(model: nn.Module, recorder: BuilderRecorder) -> BuilderModul
         "class": type(model).__name__,
         "factory_calls": list(recorder.factory_calls),
         "buffers": [name for name, _ in model.named_buffers()],
-        "queue": _describe(getattr(model, "queue", None)),
-        "queue_ptr": _describe(getattr(model, "queue_ptr", None)),
+        "queue": describe_value(getattr(model, "queue", None)),
+        "queue_ptr": describe_value(getattr(model, "queue_ptr", None)),
         "attributes": {name: _number(getattr(model, name, None)) for name in ("T", "m", "K")},
     }
     for role in ("q", "k"):
@@ -403,7 +403,7 @@ def train_step(model, optimizer, recorder: BuilderRecorder, im_q: torch.Tensor,
             output = (call or model)(im_q, im_k)
     finally:
         step["events"] = recorder.end_step()
-    step["returned"] = _describe(output)
+    step["returned"] = describe_value(output)
     pairs, returned_loss = returned_pairs(output, captured, step["returned"])
     # [B, 1 + K] and [B] as returned (a stacked symmetric module's [2B, 1 + K] and [2B])
     step["logits"] = pairs[0][0].detach().cpu().clone()

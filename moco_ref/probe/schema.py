@@ -241,6 +241,32 @@ class BuilderRanks(TypedDict, total=False):
     error: str | None  # why a rank's run is missing (it then is not judged)
 
 
+class DefaultsStep(TypedDict, total=False):
+    """One step of the run at the constructor's defaults: only what its EMA and its enqueue
+    need (the queue is too large to copy whole)."""
+
+    params_q: Tensor  # [P] θq as the step began
+    params_k: Tensor  # [P] θk as the step began
+    keys: Tensor  # [B, dim] the key encoder's outputs, as it gave them
+    ptr_before: int
+    ptr_after: int
+    written: Tensor  # [dim, B] the queue's columns ptr_before … ptr_before + B − 1 after it
+    changed: list[int]  # every column that changed in the forward (at most 4B listed)
+    changed_count: int
+
+
+class DefaultsRun(TypedDict, total=False):
+    """The module built at its own defaults (``MoCo(base_encoder)``) and trained a few steps."""
+
+    error: str | None
+    stage: str
+    defaults: dict  # the constructor's own numeric defaults of dim, K, m and T
+    K: int  # the queue's columns and rows, as built
+    dim: int
+    batch: int
+    steps: list[DefaultsStep]
+
+
 class BuilderRecord(ObservedRecord, total=False):
     probe: dict
     defined: bool
@@ -250,3 +276,4 @@ class BuilderRecord(ObservedRecord, total=False):
     mlp: BuilderRun
     ragged: BuilderRun  # K not a multiple of the batch
     ranks: BuilderRanks  # the two-process run
+    defaults: DefaultsRun  # built at the constructor's defaults (K, dim, m, T)

@@ -15,6 +15,7 @@ from moco_ref.judge.assertions import (
     fmt_range,
     require,
 )
+from moco_ref.judge.builder_defaults import enqueue_at_defaults
 from moco_ref.judge.builder_evidence import SYMMETRIC, BuilderEvidence
 from moco_ref.judge.builder_record import BUILDER_INTERFACE
 from moco_ref.judge.checks.common import (
@@ -176,7 +177,9 @@ def i3_fifo_keeps_newest_lab(ev: LabEvidence) -> str | None:
 def i3_fifo_keeps_newest_builder(ev: BuilderEvidence) -> str | None:
     """After every step the buffer holds the last K entries in arrival order (the K it starts
     with count as the oldest): a step's keys overwrite the oldest columns, and no entry is
-    dropped while an older one stays (the reference ``KeyQueue`` gives the expected set)."""
+    dropped while an older one stays (the reference ``KeyQueue`` gives the expected set). Built
+    at its own defaults (K = 65536 for the official module), each step still writes its keys at
+    ``queue_ptr`` and moves it past them."""
     K, B = ev.probe.K, ev.probe.batch
     _require_fifo(ev, "")
     ragged = ev.ragged()
@@ -187,7 +190,8 @@ def i3_fifo_keeps_newest_builder(ev: BuilderEvidence) -> str | None:
     else:
         refusal = ev.ragged_refusal()
         note = f"; K not a multiple of the batch refused loudly ({refusal})" if refusal else ""
-    return f"K = {K}, the queue wrapped {(len(ev.steps) * B) // K} time(s){note}"
+    return (f"K = {K}, the queue wrapped {(len(ev.steps) * B) // K} time(s){note}"
+            + enqueue_at_defaults(ev))
 
 
 def _require_fifo(ev: BuilderEvidence, run: str) -> None:

@@ -15,6 +15,7 @@ from moco_ref.judge.assertions import (
     fmt_values,
     require,
 )
+from moco_ref.judge.builder_defaults import ema_at_defaults
 from moco_ref.judge.builder_evidence import BuilderEvidence
 from moco_ref.judge.checks.common import MAX_SERIES
 from moco_ref.judge.components_evidence import ComponentsEvidence
@@ -110,7 +111,8 @@ EMA_LAW = check(
 def i7_ema_law(ev: LabEvidence) -> str | None:
     """Between two key forwards θk changes only by θk ← m·θk + (1 − m)·θq, over every
     parameter, with one m for the whole run (fitted from the snapshots): not by the
-    optimizer, not on part of the model."""
+    optimizer, not on part of the model. A builder module built at its own defaults still
+    moves θk by its EMA with its declared m."""
     if isinstance(ev, LabEvidence):
         ev.require_key_encoder_used()
     ema = ev.ema
@@ -147,7 +149,7 @@ def i7_ema_law(ev: LabEvidence) -> str | None:
                  expected=f"θk ← m·θk + (1 − m)·θq with m = {m:.4g}",
                  got=f"a change off by {min(update.residual_current, update.residual_stale):.2g} "
                      "of its size" if update.changed else "no change at all (no EMA this step)")
-    return f"m = {m:.6g}"
+    return f"m = {m:.6g}" + (ema_at_defaults(ev) if isinstance(ev, BuilderEvidence) else "")
 
 
 @EMA_LAW.judges('components')
