@@ -176,6 +176,24 @@ class QueueAnalysis:
     # slot's arrival is ``positions``, as its id says); None when the entries are copies
     shown: torch.Tensor | None = None
 
+    @property
+    def changed_after_enqueue(self) -> bool:
+        """Whether the entries are their keys' directions at lengths that follow their age
+        (older entries longer or shorter than newer ones, no norm making them all 1): the stored
+        queue was rescaled in place after enqueueing (``queue.div_(queue.norm())``,
+        ``queue.mul_(0.9)``), not the keys enqueued at another length."""
+        rescaled = [j for j, kind in enumerate(self.kinds) if kind == "rescaled key"]
+        if self.stored_kind != "rescaled key" or self.norm_p is not None or len(rescaled) < 3:
+            return False
+        lengths = self.keys[rescaled].norm(dim=1)  # [r]
+        if float(lengths.max() / lengths.min().clamp_min(1e-300)) < 1 + 1e-3:
+            return False  # one length for all: enqueued at it
+        ages = self.positions[rescaled].to(torch.float64)
+        ranks = [torch.argsort(torch.argsort(v)).to(torch.float64) for v in (ages, lengths)]
+        centred = [r - r.mean() for r in ranks]
+        spread = float(centred[0].norm() * centred[1].norm())
+        return spread > 0 and abs(float(centred[0] @ centred[1]) / spread) > 0.9
+
     def contents(self, rule: str | None, labels: list[torch.Tensor], steps: int) -> torch.Tensor:
         """Labels held after ``steps`` enqueues under ``rule`` (FIFO when unknown)."""
         if steps <= 0 or self.capacity == 0:  # capacity 0: the queue never held a key

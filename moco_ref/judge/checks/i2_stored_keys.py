@@ -89,6 +89,8 @@ def i2_entries_are_arrival_keys_lab(ev: LabEvidence) -> str | None:
     encoder produced for that image at the step it was enqueued: entries are stored, not
     recomputed, and they are keys — not queries, not unnormalized projections."""
     queue = ev.require_entries("to compare with the keys of its step")
+    if queue.changed_after_enqueue:
+        _fail_changed_after_enqueue(queue)
     # keys stored unnormalized or normalized otherwise are still this step's keys: I8's fault
     wrong = [j for j, kind in enumerate(queue.kinds) if kind not in KEY_KINDS]
     if not wrong:
@@ -104,6 +106,27 @@ def i2_entries_are_arrival_keys_lab(ev: LabEvidence) -> str | None:
         expected, got = _overwritten_texts(ev, j)
     fail(misconception, where=f"{where}, {kinds.count(kind)} of {len(queue.kinds)} entries:",
          expected=expected, got=got)
+
+
+def _fail_changed_after_enqueue(queue) -> None:
+    """The stored entries are their keys' directions at lengths that follow their age: the
+    queue was rescaled in place after the keys went in."""
+    rescaled = [j for j, kind in enumerate(queue.kinds) if kind == "rescaled key"]
+    by_age = sorted(rescaled, key=lambda j: int(queue.positions[j]))
+    oldest, newest = by_age[0], by_age[-1]
+
+    def entry(j: int) -> str:
+        step, _ = queue.sources[j]
+        return (f"entry {j} (id {int(queue.ids[j])}, enqueued at step {step}) of length "
+                f"{float(queue.keys[j].norm()):.3g}")
+
+    fail("the stored keys were changed after they were enqueued: the queue was rescaled in "
+         "place (queue.div_(…), queue.mul_(…) on the stored tensor), so every entry is its "
+         "key's direction at a length that depends on how long it has been stored",
+         where=f"the returned queue, {len(rescaled)} of {len(queue.kinds)} entries:",
+         expected="each entry the L2-normalized key as it was enqueued (length 1), unchanged "
+                  "until it leaves",
+         got=f"the oldest {entry(oldest)}, the newest {entry(newest)}")
 
 
 def _overwritten_texts(ev: LabEvidence, j: int) -> tuple[str, str]:

@@ -75,6 +75,10 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
     _fail_non_finite(ev)
     diagnosis = ev.loss_diagnosis
     unexplained = diagnosis.unexplained
+    if unexplained and _queue_changed_after_enqueue(ev):
+        raise NotJudged("I2-entries-are-arrival-keys",
+                        "the queue's entries were rescaled after they were enqueued, so the "
+                        "negatives each step used cannot be rebuilt from the keys as enqueued")
     if unexplained:
         t = unexplained[0]
         step = ev.steps[t]
@@ -462,6 +466,13 @@ def i8_temperature_divides_logits_components(ev: ComponentsEvidence) -> str | No
     return None
 
 
+def _queue_changed_after_enqueue(ev: LabEvidence) -> bool:
+    try:
+        return ev.queue.changed_after_enqueue
+    except Exception:  # noqa: BLE001 - an unreadable queue is another check's to tell
+        return False
+
+
 def _p_name(p: float) -> str:
     return "largest absolute value" if p == float("inf") else f"L{p:g} norm"
 
@@ -499,7 +510,7 @@ def i8_embeddings_normalized_lab(ev: LabEvidence) -> str | None:
     """The query and the key are L2-normalized projections, so every logit is a cosine
     similarity over T."""
     queue = ev.queue
-    if queue.stored_kind in _STORED_UNNORMALIZED:
+    if queue.stored_kind in _STORED_UNNORMALIZED and not queue.changed_after_enqueue:
         kind = queue.stored_kind
         j = queue.kinds.index(kind)
         step, _ = queue.sources[j]
