@@ -360,3 +360,46 @@ def test_inside_a_default_container_each_kind_is_stopped_or_refused_and_removed(
             assert "uid 0 without capabilities (gid 611" in isolation, isolation
         else:
             assert "of its own (unprivileged)" in isolation, isolation
+
+
+BUNDLED = ("sysv_segment_hoard.py", "sysv_segments_scattered.py", "shm_file_hoard.py",
+           "shm_file_held_by_child.py", "mqueue_left_open.py", "mqueue_filled.py",
+           "semaphore_file_left.py", "sysv_semaphore_hoard.py")
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("rung", ["bwrap", pytest.param("confined", marks=needs_landlock)])
+def test_the_bundled_examples_get_their_verdicts_on_each_rung(rung, monkeypatch):
+    """Two shapes of each kind in the adversarial corpus (``examples/adversarial``): the
+    same verdict on both rungs, and nothing of theirs left behind."""
+    from moco_ref.probe.options import GradeOptions
+    from moco_ref.run.demo import find_manifest, load_manifest, run_demo, surprise_details
+
+    if rung == "bwrap":
+        try:
+            client.current_zygote(isolation="bwrap")
+        except client.IsolationUnavailable as exc:
+            pytest.skip(f"no bwrap here: {exc}")
+    monkeypatch.setenv(client.ISOLATION_VARIABLE, rung)
+    manifest = find_manifest().parents[1] / "adversarial" / "manifest.json"
+    examples = [example for example in load_manifest(manifest)
+                if example.path.name in BUNDLED]
+    assert sorted(example.path.name for example in examples) == sorted(BUNDLED)
+    rows = ipc_attacks.ipc_rows()
+    outcomes = {outcome.example.path.name: outcome
+                for outcome in run_demo(examples, GradeOptions(), jobs=2)}
+    for outcome in outcomes.values():
+        assert outcome.as_expected, "\n".join(surprise_details(outcome))
+        assert outcome.report.isolation.startswith(rung)
+    assert ipc_attacks.ipc_rows() == rows
+    names = ("moco-hoard", "moco-hidden-", "sem.moco-left")
+    assert not [entry for entry in os.listdir("/dev/shm") if entry.startswith(names)]
+    for name in ["/moco-left", *(f"/moco-filled-{index}" for index in range(3))]:
+        assert ipc_attacks.message_queue_exists(name) == "no", name
+    said = {name: outcome.report.stdout for name, outcome in outcomes.items()}
+    if rung == "confined":
+        assert "shmget refused: Operation not permitted" in said["sysv_segment_hoard.py"]
+        assert "mq_open refused: Operation not permitted" in said["mqueue_left_open.py"]
+    else:
+        assert "No space left on device" in said["shm_file_hoard.py"]
+        assert "queue /moco-left left with a message: True" in said["mqueue_left_open.py"]
