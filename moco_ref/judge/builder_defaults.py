@@ -81,37 +81,27 @@ def ema_at_defaults(ev) -> str:
 
 
 def enqueue_at_defaults(ev) -> str:
-    """Within ``I3-fifo-keeps-newest``: at the constructor's defaults each step still writes its
-    keys into the columns at ``queue_ptr`` and moves the pointer past them (what the keys hold
-    and what else changes are ``I8``'s and ``I2``'s to judge, at the probe's sizes). Returns a
-    note for the passed message; fails otherwise."""
+    """Within ``I3-fifo-keeps-newest``: at the constructor's defaults each step still enqueues,
+    i.e. changes the queue. Where and how it writes (a ring at ``queue_ptr``, a shift register)
+    and what the keys hold are judged at the probe's sizes, by the storage-agnostic FIFO rule
+    and by ``I2`` and ``I8``. Returns a note for the passed message; fails otherwise."""
     run = _run(ev)
     if run is None:
         return ""
     if run.get("error"):
         return _refused(run)
-    K, judged = run.get("K"), 0
+    judged = 0
     for t, step in enumerate(run.get("steps") or []):
         keys, ptr = step.get("keys"), step.get("ptr_before")
-        if keys is None or ptr is None or not K:
+        if keys is None:
             continue
-        n, where = len(keys), f"{_built_as(run)}, step {t}"
-        window = [(ptr + i) % K for i in range(n)]
-        expected = f"columns {window[0]}–{window[-1]} set to the step's {n} keys"
+        n, K = len(keys), run.get("K") or 0
         if step["changed_count"] == 0:
+            at = f"columns {ptr}–{(ptr + n - 1) % K}" if ptr is not None and K else "columns"
             fail("the step's keys were not enqueued at the constructor's defaults: its enqueue "
-                 "runs only at other sizes", where=where, expected=expected,
+                 "runs only at other sizes", where=f"{_built_as(run)}, step {t}",
+                 expected=f"{at} set to the step's {n} keys",
                  got="no column of the queue changed")
-        listed = step["changed"]
-        if step["changed_count"] <= len(listed):  # every changed column is listed
-            untouched = sorted(set(window) - set(listed))
-            if untouched:
-                fail("the step's keys did not all enter the queue at the pointer at the "
-                     "constructor's defaults", where=where, expected=expected,
-                     got=f"columns {untouched[:5]} unchanged")
-        if step.get("ptr_after") != (ptr + n) % K:
-            fail("queue_ptr did not move past the step's keys at the constructor's defaults",
-                 where=where, expected=f"queue_ptr = {(ptr + n) % K}",
-                 got=f"queue_ptr = {step.get('ptr_after')}")
         judged += 1
-    return f"; built as {_built_as(run)}, {judged} enqueue(s) held" if judged else ""
+    return f"; built as {_built_as(run)}, {judged} enqueue(s) changed the queue" if judged \
+        else ""

@@ -294,12 +294,14 @@ class RanksEvidence:
         whose positives are explained by more candidates, then by more keys of the other view
         of the query's own image; im_q's queries first when both explain alike."""
         step = self.rank_step(t, rank)
+        rows = list(self.rows_of(rank))
         if not self.symmetric:
             return [Half(QUERY_VIEW, KEY_VIEW,
-                         self._used(t, step.q, step.logits, form, temperature, step))]
-        used = {(p, v): self._used(t, step.queries[v], logits, form, temperature, step)
+                         self._used(t, step.q, step.logits, form, temperature, step,
+                                    own=[(KEY_VIEW, image) for image in rows]))]
+        used = {(p, v): self._used(t, step.queries[v], logits, form, temperature, step,
+                                   own=[(1 - v, image) for image in rows])
                 for p, logits in enumerate(step.pairs) for v in self.query_views}
-        rows = list(self.rows_of(rank))
 
         def score(first: int) -> tuple[int, int]:
             halves = [(0, first), (1, 1 - first)]
@@ -312,7 +314,11 @@ class RanksEvidence:
         return [Half(v, 1 - v, used[p, v]) for p, v in ((0, first), (1, 1 - first))]
 
     def _used(self, t: int, queries: torch.Tensor, logits: torch.Tensor, form: LossForm,
-              temperature: float, step: RankStep | None = None) -> list[Candidate | None]:
+              temperature: float, step: RankStep | None = None,
+              own: list | None = None) -> list[Candidate | None]:
+        """The candidate key each query's positive logit is q·k of: the closest within
+        ``MATCH_TOLERANCE``, or the query's ``own`` slot's key whenever it is within it too
+        (two views of one image can give keys whose logits agree to that tolerance)."""
         candidates = self.candidates(t)
         queues = [] if step is None else [  # the rank's own, and rank 0's broadcast buffer
             (other.queue_before, other.queue_after)
@@ -335,6 +341,10 @@ class RanksEvidence:
             errors = (expected - (logits[i, 0] - shift[i])).abs() / max(
                 1.0, float(expected.abs().max()))
             best = int(errors.argmin())
+            mine = [c for c, candidate in enumerate(candidates)
+                    if own is not None and i < len(own) and candidate.slot == own[i]]
+            if mine and float(errors[mine[0]]) <= MATCH_TOLERANCE:
+                best = mine[0]
             used.append(candidates[best] if float(errors[best]) <= MATCH_TOLERANCE else None)
         return used
 

@@ -81,7 +81,9 @@ def ragged_probe(probe: BuilderProbe) -> BuilderProbe:
 def default_builder_probe(options: GradeOptions) -> BuilderProbe:
     """The probe for ``options``: T is ``--temperature``, m is ``--expect-m`` when pinned.
     With a course's probe key its sizes and seed are drawn from the key (as the ``lab``
-    probe's are): ``dim`` never the encoder's width, K a multiple of the batch, the queue
+    probe's are): ``dim`` never the encoder's width, K a multiple of twice the batch (so a
+    symmetric module, which enqueues both views' keys, meets the official module's
+    ``K % keys == 0`` as the default probe's K = 48 does), the queue
     wrapping within the run, the ragged K never a multiple of the batch, the batch a multiple
     of ``BATCH_SPLITS``."""
     probe = BuilderProbe(T=float(options.temperature), seed=int(options.seed),
@@ -89,7 +91,7 @@ def default_builder_probe(options: GradeOptions) -> BuilderProbe:
     if options.probe_key:
         draw = course_draw("builder", options.probe_key, options.seed)
         batch = draw.choice(BATCH_CHOICES)
-        K = batch * draw.randint(5, 7)
+        K = 2 * batch * draw.randint(3, 4)  # a symmetric module enqueues both views: 2B a step
         ragged_K = draw.choice([k for k in range(K // 2, K) if k % batch])
         probe = replace(probe, dim=draw.choice(DIM_CHOICES), batch=batch, K=K,
                         steps=K // batch + draw.randint(3, 5), ragged_K=ragged_K,
