@@ -402,4 +402,7 @@ def test_the_bundled_examples_get_their_verdicts_on_each_rung(rung, monkeypatch)
         assert "mq_open refused: Operation not permitted" in said["mqueue_left_open.py"]
     else:
         assert "No space left on device" in said["shm_file_hoard.py"]
-        assert "queue /moco-left left with a message: True" in said["mqueue_left_open.py"]
+        # the queue is made, unless the sandbox user's RLIMIT_MSGQUEUE (counted per host user,
+        # shared by the jobs running at once) was just used up by mqueue_filled.py
+        assert ("queue /moco-left left with a message: True" in said["mqueue_left_open.py"]
+                or "mq_open refused: Too many open files" in said["mqueue_left_open.py"])
