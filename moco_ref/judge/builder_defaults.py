@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from moco_ref.judge.assertions import fail
+from moco_ref.judge.builder_evidence import error_line
 
 EMA_RELATIVE = 0.05  # of the change: float32 parameters round each update
 FLOAT32_EPS = float(torch.finfo(torch.float32).eps)
@@ -27,10 +28,8 @@ def _built_as(run: dict) -> str:
 
 
 def _refused(run: dict) -> str:
-    lines = [line.strip() for line in str(run["error"]).split("\ntensors in ", 1)[0].splitlines()
-             if line.strip()]
-    return (f"; {_built_as(run)} was not trained ({(lines[-1] if lines else 'an error')[:160]}), "
-            "so it is not judged there")
+    return (f"; {_built_as(run)} was not trained ({error_line(run['error'], 160)}), so it is "
+            "not judged there")
 
 
 def ema_at_defaults(ev) -> str:

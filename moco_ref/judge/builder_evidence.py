@@ -107,6 +107,13 @@ def _as_float64(value) -> torch.Tensor:
     return value.to(torch.float64) if isinstance(value, torch.Tensor) else value
 
 
+def error_line(error, limit: int = 200) -> str:
+    """The last line of a run's recorded error: the exception, not the locals listed after."""
+    text = str(error).split("\ntensors in ", 1)[0]
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip()[:limit] if lines else "an error"
+
+
 class BuilderEvidence:
     """Everything the ``builder`` checks judge, built from one observation record."""
 
@@ -155,9 +162,7 @@ class BuilderEvidence:
         """The first line of the ragged run's error, when the module refused it."""
         run = self.record.get("ragged")
         if isinstance(run, dict) and run.get("error"):
-            text = str(run["error"]).split("\ntensors in ", 1)[0]  # the exception, not locals
-            lines = [line for line in text.splitlines() if line.strip()]
-            return lines[-1].strip()[:200] if lines else "an error"
+            return error_line(run["error"])
         return None
 
     @cached_property

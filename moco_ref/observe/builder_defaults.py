@@ -6,8 +6,7 @@ enqueue that runs only while K is small) shows here.
 
 The queue at the defaults is large (65536 × 128 for the official module), so a step keeps only
 what the EMA and the enqueue need: both encoders' parameters as each step begins, the key
-encoder's outputs, the pointer, the columns the step's keys should fill and which columns
-changed. Nothing here judges.
+encoder's outputs, the pointer and how many columns changed. Nothing here judges.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from moco_ref.probe.builder import BuilderProbe, probe_images
 from moco_ref.probe.schema import DefaultsRun, DefaultsStep
 
 DEFAULTS_STEPS = 4  # step 0 starts from θk = θq: the EMA shows from step 1 on
-CHANGED_LISTED = 4  # × the keys a step brings: the changed columns listed by index
 DEFAULTED = ("dim", "K", "m", "T")
 
 
@@ -114,17 +112,12 @@ def _step(model, optimizer, recorder: BuilderRecorder, im_q: torch.Tensor,
         events = recorder.end_step()
     keys = [event for event in events if event["role"] == "k"]
     after = _columns(model, defaults).detach()  # [dim, K]
-    brought = sum(len(event["output"]) for event in keys) or len(im_q)
-    changed = (after != before).any(dim=0).nonzero().reshape(-1) if after.shape == before.shape \
-        else torch.arange(after.shape[1])
-    window = [((ptr or 0) + i) % after.shape[1] for i in range(brought)]
+    changed = int((after != before).any(dim=0).sum()) if after.shape == before.shape \
+        else after.shape[1]
     step: DefaultsStep = {
         "params_q": params["params_q"], "params_k": params["params_k"],
         "keys": torch.cat([event["output"] for event in keys]) if keys else None,
-        "ptr_before": ptr, "ptr_after": _pointer(model),
-        "written": after[:, window].clone(),
-        "changed": changed[:CHANGED_LISTED * brought].tolist(),
-        "changed_count": int(changed.numel()),
+        "ptr_before": ptr, "changed_count": changed,
     }
     pairs, returned_loss = returned_pairs(output, captured, describe_value(output))
     loss = returned_loss if returned_loss is not None else sum(

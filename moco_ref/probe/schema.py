@@ -249,10 +249,7 @@ class DefaultsStep(TypedDict, total=False):
     params_k: Tensor  # [P] θk as the step began
     keys: Tensor  # [B, dim] the key encoder's outputs, as it gave them
     ptr_before: int
-    ptr_after: int
-    written: Tensor  # [dim, B] the queue's columns ptr_before … ptr_before + B − 1 after it
-    changed: list[int]  # every column that changed in the forward (at most 4B listed)
-    changed_count: int
+    changed_count: int  # the queue's columns the step changed
 
 
 class DefaultsRun(TypedDict, total=False):

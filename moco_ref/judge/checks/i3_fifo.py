@@ -178,8 +178,7 @@ def i3_fifo_keeps_newest_builder(ev: BuilderEvidence) -> str | None:
     """After every step the buffer holds the last K entries in arrival order (the K it starts
     with count as the oldest): a step's keys overwrite the oldest columns, and no entry is
     dropped while an older one stays (the reference ``KeyQueue`` gives the expected set). Built
-    at its own defaults (K = 65536 for the official module), each step still writes its keys at
-    ``queue_ptr`` and moves it past them."""
+    at its own defaults (K = 65536 for the official module), each step still enqueues."""
     K, B = ev.probe.K, ev.probe.batch
     _require_fifo(ev, "")
     ragged = ev.ragged()

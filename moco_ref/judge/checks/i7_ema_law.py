@@ -112,7 +112,7 @@ def i7_ema_law(ev: LabEvidence) -> str | None:
     """Between two key forwards θk changes only by θk ← m·θk + (1 − m)·θq, over every
     parameter, with one m for the whole run (fitted from the snapshots): not by the
     optimizer, not on part of the model. A builder module built at its own defaults still
-    moves θk by its EMA with its declared m."""
+    moves θk by an EMA toward θq."""
     if isinstance(ev, LabEvidence):
         ev.require_key_encoder_used()
     ema = ev.ema
