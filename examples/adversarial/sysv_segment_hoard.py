@@ -3,8 +3,9 @@ written through an attachment, then detached: no process maps it, so it is in no
 set, and the segment outlives its processes until someone removes it).
 
 Expected (with ``--memory-mb 512``): the training checks report an error, on every rung. In
-the bwrap sandbox the job has an IPC namespace of its own: the segment counts against its
-memory, so the job is stopped at its limit, and the segment goes with the namespace. On the
+the bwrap sandbox the job has an IPC namespace of its own, whose limits allow no segment
+larger than the job's whole memory: ``shmget`` fails and train_moco raises (segments within
+it count against its memory, and go with the namespace). On the
 confined rung (no namespaces: the container's IPC namespace is every job's) the filter refuses
 System V IPC, so ``shmget`` fails and train_moco raises.
 """

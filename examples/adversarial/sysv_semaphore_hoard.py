@@ -3,9 +3,10 @@ kernel's per-set ceiling: about 2 MB of kernel memory a set) until it has 600 â€
 gigabyte of kernel memory that no process's memory shows, kept by the IPC namespace.
 
 Expected (with ``--memory-mb 512``): the training checks report an error, on every rung: in
-the bwrap sandbox the kernel memory of the job's semaphore sets counts against its memory,
-so it is stopped at its limit, and the sets go with its IPC namespace; on the confined rung
-the filter refuses System V IPC, so the first ``semget`` fails and train_moco raises.
+the bwrap sandbox the job's IPC namespace holds at most a sixteenth of its memory in
+semaphores (its own limits, which the job cannot change), so ``semget`` fails after 16 sets
+and train_moco raises, and the sets go with the namespace; on the confined rung the filter
+refuses System V IPC, so the first ``semget`` fails and train_moco raises.
 """
 import ctypes
 import os

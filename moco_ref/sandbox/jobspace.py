@@ -22,7 +22,8 @@ namespace:
   its supervisor: System V shared memory segments, message queues and semaphore sets, and
   POSIX message queues. Until then segments count against the job's memory (``segments``),
   and so do messages and semaphores (``held_bytes``: the kernel memory they take, estimated
-  high); POSIX message queues are held by the kernel to ``RLIMIT_MSGQUEUE``
+  high), and the namespace's own limits refuse what could never fit (``limit_ipc``);
+  POSIX message queues are held by the kernel to ``RLIMIT_MSGQUEUE``
   (``zygote.MESSAGE_QUEUE_BYTES``), counted in the job's own user namespace (and, above it,
   in the sandbox's, whose jobs share the kernel's default of the same size).
 
@@ -139,6 +140,42 @@ def fresh_proc() -> None:
         libc.umount2(point.encode(), MNT_DETACH)
     check_call(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
            "mount /proc")
+
+
+# What one job's IPC namespace may hold at all, set by the kernel so that an object that
+# could never fit is refused when it is made (the watch only stops a job once it holds too
+# much, a poll later): System V semaphores and message queues at most this share of the
+# job's memory each, a shared memory segment no larger than all of it.
+IPC_SHARE = 16
+SEMAPHORES_PER_SET, SEMAPHORE_OPS, SEMAPHORE_SETS = 32000, 500, 1024  # the kernel's SEMMSL…
+MESSAGE_QUEUE_TEXT = 16384  # bytes one System V queue holds (msgmnb, the kernel's default)
+
+
+def limit_ipc(memory_mb: int) -> dict[str, str]:
+    """Set the System V limits of the job's IPC namespace for a budget of ``memory_mb``
+    (``/proc/sys/kernel``, the namespace's own copy; call as its owner, in the job's pid 1
+    after ``fresh_proc``), then make ``/proc/sys`` read-only for the job. Returns what was
+    written. Beyond them ``semget`` and ``msgget`` answer ``ENOSPC``, ``shmget`` ``EINVAL``."""
+    budget = int(memory_mb) * 2**20
+    share = budget // IPC_SHARE
+    semaphores = max(SEMAPHORES_PER_SET, share // SEMAPHORE_BYTES)
+    queue_cost = IPC_OBJECT_BYTES + MESSAGE_QUEUE_TEXT * (MESSAGE_BYTES + 2)  # all 1-byte
+    written = {
+        "sem": f"{SEMAPHORES_PER_SET} {semaphores} {SEMAPHORE_OPS} {SEMAPHORE_SETS}",
+        "msgmnb": str(MESSAGE_QUEUE_TEXT),
+        "msgmni": str(max(1, share // queue_cost)),
+        "shmmax": str(budget),
+    }
+    for name, value in written.items():
+        with open(f"/proc/sys/kernel/{name}", "w") as handle:
+            handle.write(value)
+    libc = c_library()
+    check_call(libc.mount(b"/proc/sys", b"/proc/sys", None, MS_BIND | MS_REC, None),
+               "bind /proc/sys")
+    check_call(libc.mount(None, b"/proc/sys", None,
+                          MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                          None), "make /proc/sys read-only")
+    return written
 
 
 def _loopback_up() -> None:

@@ -739,6 +739,11 @@ def _namespace_init(request: dict, alive_r: int, status_w: int) -> None:
     from moco_ref.sandbox import jobspace
 
     jobspace.fresh_proc()
+    if request.get("memory_mb") and int(request["memory_mb"]) > 0:
+        try:
+            jobspace.limit_ipc(int(request["memory_mb"]))
+        except OSError:
+            pass  # a kernel that keeps them from a namespace's owner: the watch still counts
     worker = os.fork()
     if worker == 0:
         os.close(alive_r)

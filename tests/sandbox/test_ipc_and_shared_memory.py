@@ -252,7 +252,8 @@ MEMORY = "memory: the job's processes held more than its 512 MB"
 # how each kind is stopped or refused, by rung: (the job's limit, or what the attack said)
 BWRAP = {
     "sysv-segments": ("limit", MEMORY),
-    "sysv-semaphores": ("limit", MEMORY),
+    "sysv-semaphores": ("said", "semget", "refused: ENOSPC"),  # the namespace's SEMMNS
+    "ipc-limits": ("said", "sysctl", "refused: EROFS"),  # /proc/sys read-only for the job
     "shm-file": ("said", "/dev/shm", "refused: ENOSPC"),  # its own 64 MB /dev/shm
     "shm-unlinked-in-child": ("said", "unlinked in a child", "refused: ENOSPC"),
     "mqueue": ("said", "mq_open after", "refused: EMFILE"),  # RLIMIT_MSGQUEUE
@@ -261,6 +262,7 @@ BWRAP = {
 CONFINED = {
     "sysv-segments": ("said", "shmget", "refused: EPERM"),
     "sysv-semaphores": ("said", "semget", "refused: EPERM"),
+    "ipc-limits": ("said", "sysctl", "refused: E"),  # Landlock's EACCES, or a read-only /proc
     "shm-file": ("limit", MEMORY),
     "shm-unlinked-in-child": ("limit", MEMORY),
     "mqueue": ("said", "mq_open after 0 queues", "refused: EPERM"),
@@ -303,11 +305,15 @@ def bwrap_sandbox() -> client.Zygote:
 @pytest.mark.parametrize("name", sorted(ipc_attacks.ATTACKS))
 def test_on_the_bwrap_rung_each_kind_is_stopped_or_refused_and_goes_with_the_job(
         bwrap_sandbox, name):
-    """The job's own IPC namespace and 64 MB /dev/shm: segments and semaphore sets count
-    against its memory, /dev/shm and message queues are refused at their size, and the
-    namespaces holding what it made are gone once it is over."""
+    """The job's own IPC namespace and 64 MB /dev/shm: segments count against its memory,
+    semaphores are refused beyond a sixteenth of it (512 MB / 16 / 64 bytes each = 524288,
+    in sets of at most 32000) by the namespace's own limits, which the job cannot change,
+    /dev/shm and message queues are refused at their size, and the namespaces holding what
+    it made are gone once it is over."""
     outcome = ipc_attacks.attack("bwrap", name)
     _check(outcome, BWRAP)
+    if name == "ipc-limits":
+        assert outcome["said"]["sem limits"] == "32000 524288 500 1024", outcome["said"]
     namespaces = outcome["said"]["namespaces"].split()
     assert len(namespaces) == 2 and not set(namespaces) & set(outcome["host namespaces"])
     assert outcome["namespaces still held"] == [], outcome["namespaces still held"]
