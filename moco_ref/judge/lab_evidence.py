@@ -21,7 +21,7 @@ builds on the others; split, they would pass the same half-built state around.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import torch
@@ -51,6 +51,7 @@ from moco_ref.judge.invariants import (
     through_one_buffer,
 )
 from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis, diagnose_loss
+from moco_ref.judge.key_order import PositiveOrder, find_positive_order
 from moco_ref.probe import schema
 from moco_ref.probe.cases import LabProbe
 from moco_ref.probe.options import GradeOptions
@@ -131,6 +132,7 @@ class LabStep:
     z: torch.Tensor  # [B, d] the query encoder's raw projection
     grad: torch.Tensor | None  # [B, d] dL/dz as observed (None: no backward reached it)
     k: torch.Tensor  # [B, d] the key encoder's raw projection, row i the positive of query i
+    key_seen: torch.Tensor | None  # [B] the ids in the order the key encoder ran on them
     query_event: int
     key_event: int
     key_has_grad_fn: bool
@@ -313,6 +315,37 @@ class LabEvidence:
 
     @cached_property
     def steps(self) -> list[LabStep]:
+        """The steps, each query beside the key it was paired with: when the keys came back
+        from a shuffled key batch in another order (``positive_order``), each step's ``k`` is
+        in the submission's order, so the queue and the loss are followed as it ran them and
+        I8 alone names the pairing."""
+        steps = self.followed_steps
+        order = self.positive_order
+        if order is None:
+            return steps
+        return [replace(step, k=step.k[rows]) for step, rows in zip(steps, order.orders)]
+
+    @cached_property
+    def positive_order(self) -> PositiveOrder | None:
+        """How the keys came back from a shuffled key batch when not in image order (read from
+        the returned queue: ``judge.key_order``), or None."""
+        steps = self.followed_steps
+        try:
+            queue, queue_ids = self.returned.get("queue"), self.returned.get("queue_ids")
+        except Exception:  # noqa: BLE001 - a run without its returns is told by its checks
+            return None
+        if not isinstance(queue, torch.Tensor) or not isinstance(queue_ids, torch.Tensor) \
+                or queue.ndim != 2 or not queue.is_floating_point():
+            return None
+        if queue.shape[1] != steps[0].k.shape[1] and queue.shape[0] == steps[0].k.shape[1]:
+            queue = queue.T  # stored dim-first
+        return find_positive_order([s.ids for s in steps], [s.k for s in steps],
+                                   [s.key_seen for s in steps], queue, queue_ids,
+                                   atol=MATCH_ATOL)
+
+    @cached_property
+    def followed_steps(self) -> list[LabStep]:
+        """The steps as followed, each ``k`` in image order (row i: query i's own image)."""
         run = self.require_run()
         events, view_calls = run["events"], run["view_calls"]
         if not view_calls:
@@ -465,7 +498,7 @@ class LabEvidence:
         grad = query_event["grad"][q_rows] if query_event["grad"] is not None else None
         k_rows = current_rows(key_event)
         k, k_ids = key_event["output"][k_rows], key_event["rows_id"][k_rows]
-        k = self._align(k, k_ids, ids, index)
+        k = self._align(k, k_ids, ids, index)  # in image order; see ``positive_order``
         backward = query_event["grad_clock"] if query_event["grad_clock"] >= 0 else None
         extra, recomputed_rows = [], []
         for i in event_indices:
@@ -492,6 +525,7 @@ class LabEvidence:
             z=z,
             grad=grad,
             k=k,
+            key_seen=k_ids if len(k_ids) == len(ids) else None,
             query_event=query_index,
             key_event=key_index,
             key_has_grad_fn=bool(key_event["output_has_grad_fn"]),

@@ -12,6 +12,7 @@ import math
 import torch
 
 from moco_ref.core.contrastive import contrastive_logits, info_nce_loss, positive_labels
+from moco_ref.judge import key_order
 from moco_ref.judge.assertions import (
     Note,
     NotJudged,
@@ -73,6 +74,8 @@ def i8_loss_matches_recomputation_lab(ev: LabEvidence) -> str | None:
     positive (column 0), or when the loss is summed instead of averaged; which other
     ingredient differs is judged by the I2, I4, I8 and I9 check that owns it."""
     _fail_non_finite(ev)
+    if ev.positive_order is not None:
+        _fail_permuted_positives_lab(ev)
     diagnosis = ev.loss_diagnosis
     unexplained = diagnosis.unexplained
     if unexplained and _queue_changed_after_enqueue(ev):
@@ -246,9 +249,8 @@ def _positive_images(ev: BuilderEvidence, t: int) -> list[int] | None:
 
 
 def _shuffle_cause(ev: BuilderEvidence, t: int, images: list[int]) -> str:
-    """Why the keys are out of order, read from the rows the key encoder ran on: the shuffled
-    order itself (the unshuffle is missing), or that order applied twice (the permutation used
-    where its inverse belongs); empty when neither."""
+    """Why the keys are out of order, read from the rows the key encoder ran on
+    (``key_order.rule_of``); empty when no known rule explains it."""
     if ev.variant == SYMMETRIC:
         return ""
     step = ev.steps[t]
@@ -256,29 +258,44 @@ def _shuffle_cause(ev: BuilderEvidence, t: int, images: list[int]) -> str:
         rows = ev.record["run"]["steps"][t]["events"][step.key_event]["rows"].tolist()
     except (KeyError, IndexError, AttributeError, TypeError):
         return ""
-    if sorted(rows) != list(range(len(images))) or rows == images == list(range(len(rows))):
-        return ""
-    if images == rows:
-        return ("; the keys are in the shuffled order the key encoder ran on (rows "
-                f"{fmt_ids(rows)}): the unshuffle is missing")
-    if images == [rows[r] for r in rows]:
-        return ("; the keys are the shuffled order applied twice: the unshuffle indexes with "
-                "the permutation itself where its inverse (argsort) belongs")
-    return ""
+    rule = key_order.rule_of(images, rows)
+    return key_order.cause(rule, rows if rule == "unshuffle missing" else None)
 
 
-def _fail_permuted_positives(ev: BuilderEvidence, t: int, images: list[int]) -> None:
-    wrong = [(i, j) for i, j in enumerate(images) if i != j]
-    shown = ", ".join(f"query {i}'s positive is the key of image {j}" for i, j in wrong[:4])
-    more = f", … ({len(wrong)} of {len(images)} queries)" if len(wrong) > 4 else \
-        f" ({len(wrong)} of {len(images)} queries)"
+def _fail_permuted_positives(where: str, pairs: list[tuple[str, str]], total: int, why: str,
+                             details: dict) -> None:
+    """``pairs``: (a query, the image whose key was its positive) where they differ."""
+    shown = ", ".join(f"{query}'s positive is the key of image {image}"
+                      for query, image in pairs[:4])
+    more = f", … ({len(pairs)} of {total} queries)" if len(pairs) > 4 else \
+        f" ({len(pairs)} of {total} queries)"
     fail("each query's positive is another image's key: the keys come back from the key "
          "encoder in another order than their images (the batch is shuffled before the key "
          "encoder and not put back in image order)",
-         where=f"{ev.logit_where(t)}:",
-         expected="query i's positive q·k of image i, its own image's key",
-         got=f"{shown}{more}{_shuffle_cause(ev, t, images)}",
-         details={"positive_images": images, "step": t})
+         where=where, expected="query i's positive q·k of image i, its own image's key",
+         got=f"{shown}{more}{why}", details=details)
+
+
+def _fail_permuted_positives_builder(ev: BuilderEvidence, t: int, images: list[int]) -> None:
+    pairs = [(f"query {i}", str(j)) for i, j in enumerate(images) if i != j]
+    _fail_permuted_positives(f"{ev.logit_where(t)}:", pairs, len(images),
+                             _shuffle_cause(ev, t, images),
+                             {"positive_images": images, "step": t})
+
+
+def _fail_permuted_positives_lab(ev: LabEvidence) -> None:
+    order = ev.positive_order
+    t = next(t for t, rows in enumerate(order.orders)
+             if not torch.equal(rows, torch.arange(len(rows))))
+    step = ev.steps[t]
+    images = step.ids[order.orders[t]].tolist()
+    pairs = [(f"the query of image {query}", str(image))
+             for query, image in zip(step.ids.tolist(), images) if query != image]
+    steps = [s for s, rows in enumerate(order.orders)
+             if not torch.equal(rows, torch.arange(len(rows)))]
+    _fail_permuted_positives(f"{fault_where(ev, steps)}:", pairs, len(images),
+                             key_order.cause(order.rule),
+                             {"positive_images": images, "step": t, "steps": steps})
 
 
 @LOSS_MATCHES_RECOMPUTATION.judges('builder')
@@ -294,7 +311,7 @@ def i8_loss_matches_recomputation_builder(ev: BuilderEvidence) -> str | None:
         t = next(i for i, ok in enumerate(fit.matched) if not ok)
         images = _positive_images(ev, t)
         if images is not None:
-            _fail_permuted_positives(ev, t, images)
+            _fail_permuted_positives_builder(ev, t, images)
         step = ev.logit_steps[t]
         reference = expected_logits(BUILDER_FORM, step, ev.temperature)
         error = logits_error(step.logits, reference)
