@@ -290,11 +290,13 @@ class BuilderEvidence:
         return None
 
     def _aligned(self, event: schema.BuilderForward, view: int, t: int, who: str) -> torch.Tensor:
-        """The event's output rows put back in the order of the step's images."""
-        views, rows, output = event["views"], event["rows"], event["output"]
+        """The event's output rows of ``view`` put back in the order of the step's images (a
+        forward may run on both views at once, ``encoder_q(torch.cat([im_q, im_k]))``: each
+        view's rows are its own queries or keys)."""
+        mine = event["views"] == view
+        rows, output = event["rows"][mine], event["output"][mine]
         batch = self.view_batch
-        if len(rows) != batch or not bool((views == view).all()) or sorted(
-                rows.tolist()) != list(range(batch)):
+        if len(rows) != batch or sorted(rows.tolist()) != list(range(batch)):
             raise SubmissionError(
                 f"at step {t} {who} did not run once on the {batch} images of "
                 f"{'im_q' if view == QUERY_VIEW else 'im_k'}: the grader cannot pair queries "
@@ -305,8 +307,11 @@ class BuilderEvidence:
 
     @staticmethod
     def _on_view(event: schema.BuilderForward, role: str, view: int) -> bool:
+        """Whether the event is ``role``'s forward on rows of ``view`` (and of no image that
+        is not one of the step's two views)."""
         views = event["views"]
-        return event["role"] == role and len(views) > 0 and bool((views == view).all())
+        return (event["role"] == role and bool((views == view).any())
+                and bool(((views == QUERY_VIEW) | (views == KEY_VIEW)).all()))
 
     def _step(self, t: int, record: schema.BuilderStep) -> BuilderStep:
         events = record["events"]

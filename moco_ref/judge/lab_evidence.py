@@ -38,6 +38,7 @@ from moco_ref.judge.assertions import (
     fmt_ids,
 )
 from moco_ref.judge.gaps import observed
+from moco_ref.judge.id_views import EpochOrders
 from moco_ref.judge.invariants import (
     QUEUE_RULES,
     KeyUpdate,
@@ -177,6 +178,9 @@ class QueueAnalysis:
     # entries that are views of one reused buffer: the arrival each entry shows [n] (its
     # slot's arrival is ``positions``, as its id says); None when the entries are copies
     shown: torch.Tensor | None = None
+    # ids kept as views of the epoch's order array, shuffled in place by later epochs: how
+    # the loop read them (``id_views``); None when the ids are copies
+    id_views: EpochOrders | None = None
 
     @property
     def changed_after_enqueue(self) -> bool:
@@ -205,9 +209,12 @@ class QueueAnalysis:
 
     def held_after(self, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(arrival positions [n], ids [n])`` the submission's queue held after ``steps``
-        enqueues, by the rules identified from the returned queue."""
+        enqueues, by the rules identified from the returned queue; ids that are views of a
+        reshuffled order as they read right after the last of those enqueues."""
         positions = self.contents(self.key_rule, self.arrival_positions, steps)
-        if self.id_rule in (None, "with-keys"):
+        if self.id_views is not None and len(positions):
+            ids = self.id_views.seen(positions, steps - 1)
+        elif self.id_rule in (None, "with-keys"):
             flat_ids = torch.cat(self.arrival_ids) if self.arrival_ids else torch.empty(0)
             ids = flat_ids[positions].to(torch.int64)
         else:
@@ -661,6 +668,10 @@ class LabEvidence:
                      for kind, a, b in zip(kinds, slots, shown)]
             positions, key_rule, id_rule = slots, id_rule, "with-keys"
             sources = [step_row.get(int(p), (-1, -1)) for p in positions.tolist()]
+        id_views = None
+        if key_rule is not None and id_rule != "with-keys":
+            orders = EpochOrders.of(arrival_ids, [s.epoch for s in steps])
+            id_views = orders if orders.explains(positions, ids) else None
         return QueueAnalysis(
             keys=keys,
             ids=ids,
@@ -677,6 +688,7 @@ class LabEvidence:
             arrival_positions=positions_per_step,
             norm_p=norm_p,
             shown=shown,
+            id_views=id_views,
         )
 
     def require_entries(self, what: str) -> QueueAnalysis:

@@ -234,12 +234,13 @@ class RanksEvidence:
         """encoder_q's output on ``view`` of this rank's own rows ``[B, dim]``, in row order."""
         rows = list(self.rows_of(rank))
         for event in record["events"]:
-            if event["role"] == "q" and event["rows"].tolist() and bool(
-                    (event["views"] == view).all()) and sorted(
-                    event["rows"].tolist()) == rows and event["output"].ndim == 2 and len(
-                    event["output"]) == len(rows):
-                q = torch.empty_like(event["output"], dtype=torch.float64)
-                q[event["rows"] - rows[0]] = event["output"].to(torch.float64)
+            mine = event["views"] == view  # a forward may run on both views at once
+            if event["role"] != "q" or event["output"].ndim != 2 or not bool(mine.any()):
+                continue
+            seen, output = event["rows"][mine], event["output"][mine]
+            if sorted(seen.tolist()) == rows and len(output) == len(rows):
+                q = torch.empty_like(output, dtype=torch.float64)
+                q[seen - rows[0]] = output.to(torch.float64)
                 return q
         raise SubmissionError(f"at step {t} of the two-process run encoder_q of rank {rank} "
                               f"did not run once on that rank's {VIEW_NAMES[view]}")

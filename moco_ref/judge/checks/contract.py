@@ -297,7 +297,7 @@ def _zero_initialized_rows(ev: LabEvidence) -> int | None:
 def _stored_ids(queue) -> dict[int, int] | None:
     """When the returned ids follow no queue rule (stored lossily, out of step), the id the
     returned queue shows for each arrival it still holds; None when the ids are faithful."""
-    if queue.id_rule is not None:
+    if queue.id_rule is not None or queue.id_views is not None:
         return None
     return {int(p): int(i) for p, i in zip(queue.positions.tolist(), queue.ids.tolist())
             if p >= 0}

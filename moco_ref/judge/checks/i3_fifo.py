@@ -193,8 +193,26 @@ def i3_fifo_keeps_newest_builder(ev: BuilderEvidence) -> str | None:
             + enqueue_at_defaults(ev))
 
 
+def _never_written(ev: BuilderEvidence) -> bool:
+    """Whether no step of the run changed the queue buffer or its pointer (a one-process crash
+    is told first)."""
+    steps = ev.steps
+    return bool(steps) and all(
+        step.queue_before is not None and step.queue_after is not None
+        and torch.equal(step.queue_before, step.queue_after) and step.ptr_before == step.ptr_after
+        for step in steps)
+
+
 def _require_fifo(ev: BuilderEvidence, run: str) -> None:
     K, B = ev.probe.K, ev.probe.batch
+    if _never_written(ev):
+        last = ev.steps[-1]
+        fail("the queue is never written: no step enqueued a key, so the negatives are the "
+             "starting random keys for the whole run (is _dequeue_and_enqueue skipped when "
+             "forward runs as training calls it, behind a flag or a condition?)" + run,
+             where=f"{builder_where(last.index, after=True)} ({pointer_text(last)})",
+             expected=f"each step's {B} keys written at queue_ptr, the pointer advancing by {B}",
+             got=f"the buffer and queue_ptr as they started, after {len(ev.steps)} steps")
     for step in ev.steps:
         got = _traced(ev, step)
         expected = expected_fifo(K, B, step.index + 1)
@@ -334,6 +352,8 @@ def i3_ids_move_with_keys_lab(ev: LabEvidence) -> str | None:
         expected = fifo_contents(queue.arrival_ids, capacity)[-1]
     if torch.equal(queue.ids, expected):
         return None
+    if queue.id_views is not None:
+        _fail_id_views(ev, queue, expected)
     same_shape = queue.ids.shape == expected.shape
     wrong = (queue.ids != expected).nonzero().flatten() if same_shape else None
     if wrong is None or not len(wrong):
@@ -350,6 +370,25 @@ def i3_ids_move_with_keys_lab(ev: LabEvidence) -> str | None:
          where=f"queue entry {j}" + (f" (key enqueued at step {step})" if step >= 0 else "")
                + f", {len(wrong)} of {len(expected)} entries wrong:",
          expected=f"id {int(expected[j])}", got=f"queue_ids[{j}] = {int(queue.ids[j])}")
+
+
+def _fail_id_views(ev: LabEvidence, queue, expected: torch.Tensor) -> None:
+    views = queue.id_views
+    wrong = (queue.ids != expected).nonzero().flatten()
+    j = int(wrong[0])
+    position = int(queue.positions[j])
+    step, _ = queue.sources[j]
+    last = len(views.orders) - 1
+    fail("the stored ids changed after they were enqueued: queue_ids holds views of the "
+         "epoch's order array (ids = order[i:i+B] kept without .clone()), which a later epoch "
+         "shuffled in place (np.random.shuffle(order), order.copy_(…)), so every id enqueued "
+         "in an earlier epoch now reads the new order at its slot — in the mask, the trace and "
+         "the returned queue_ids alike",
+         where=f"queue entry {j} (key of image {int(expected[j])}, enqueued at step {step}, "
+               f"position {int(views.offset[position])} of epoch {int(views.epoch[position])}'s "
+               f"order), {len(wrong)} of {len(expected)} entries:",
+         expected=f"id {int(expected[j])}",
+         got=f"queue_ids[{j}] = {int(queue.ids[j])}, epoch {last}'s order at that position")
 
 
 @IDS_MOVE_WITH_KEYS.judges('components')
@@ -437,7 +476,9 @@ def i3_keys_of_all_ranks_builder(ev: BuilderEvidence) -> str | None:
     ``_expected_blocks`` lays them out), and after every forward both ranks' buffers are
     equal. A module that exchanges nothing across ranks (a single-process module) is not
     judged."""
-    ev.steps  # noqa: B018 - a one-process crash is told first
+    if _never_written(ev):
+        raise NotJudged("I3-fifo-keeps-newest", "the queue is never written in the one-process "
+                                                "run, so no rank's keys can enter it")
     ranks = ev.ranks
     B = ranks.probe.batch
     per_rank = len(ranks.key_views) * B  # keys each rank contributes per step
