@@ -56,6 +56,7 @@ from moco_ref.judge.invariants.returned_loss import ReturnedLossFit, fit_returne
 from moco_ref.judge.ranks_evidence import RanksEvidence
 from moco_ref.probe import schema
 from moco_ref.probe.builder import (
+    IMAGE_SHAPE,
     KEY_VIEW,
     QUERY_VIEW,
     VIEW_NAMES,
@@ -190,11 +191,26 @@ class BuilderEvidence:
                 summary = f"{call} raised"
             elif stage == "optimizer":
                 summary = f"torch.optim.SGD(model.parameters()) raised for {call}"
+            elif run.get("crashed_in") in ("q", "k"):
+                summary = self._crash_in_encoder(call, stage, run["crashed_in"])
             else:
                 summary = (f"{call} was built, but training it raised at {stage} (forward, "
                            "loss.backward() or optimizer.step())")
             raise SubmissionCrashed(which, summary, run["error"])
         return run
+
+    def _crash_in_encoder(self, call: str, stage: str, role: str) -> str:
+        """What a crash inside an encoder's forward leaves unreached, and why."""
+        p = self.probe
+        after = ("the EMA, the key encoder's forward, the shuffle and unshuffle of the keys, "
+                 "the logits, the loss and the enqueue" if role == "q" else
+                 "the unshuffle of the keys, the logits, the loss and the enqueue")
+        return (f"{call} was built, but at {stage} encoder_{role}'s forward raised, inside the "
+                f"module's own code, on the probe's {p.batch} images of shape "
+                f"{list(IMAGE_SHAPE)} per view (the batch this course's probe draws): whatever "
+                f"forward does after that call ({after}) was never reached, so none of it can be "
+                "judged; a layer that needs a larger batch or larger images than the probe's "
+                "hides the rest of the module")
 
     def constructed(self, which: str = "run") -> schema.BuilderRun:
         """The run's record when the module was built, even if training it then raised (so the

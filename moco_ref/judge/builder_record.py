@@ -38,6 +38,8 @@ def _builder(data, options: GradeOptions) -> None:
         if run is None:
             continue
         entries(run, schema.BuilderRun, f"the {name} run")
+        need(run.get("crashed_in", "") in ("", "q", "k"),
+             f"the {name} run's crashed_in is not one of '', 'q', 'k'")
         if "module" in run:
             entries(run["module"], schema.BuilderModule, f"the {name} run's module")
         if run.get("initial") is not None:

@@ -72,12 +72,17 @@ class BuilderRecorder:
             # deep-copy the recorder).
             recorder.on_forward(module, args, output)
 
-        self._hook = hook
+        def pre_hook(module: nn.Module, args: tuple) -> None:
+            recorder.running.append(module)
+
+        self._hook, self._pre_hook = hook, pre_hook
+        self.running: list[nn.Module] = []  # the followed forwards begun and not yet ended
 
     def base_encoder(self, num_classes: int = 1000, **kwargs) -> ProbeEncoder:
         """What the submission calls: ``base_encoder(num_classes=dim)``."""
         self.factory_calls.append({"num_classes": int(num_classes), "kwargs": sorted(kwargs)})
         encoder = ProbeEncoder(int(num_classes))
+        encoder.register_forward_pre_hook(self._pre_hook)
         encoder.register_forward_hook(self._hook)
         return encoder
 
@@ -90,6 +95,7 @@ class BuilderRecorder:
         for name in ("encoder_q", "encoder_k"):
             encoder = getattr(model, name, None)
             if isinstance(encoder, nn.Module) and not isinstance(encoder, ProbeEncoder):
+                encoder.register_forward_pre_hook(self._pre_hook)
                 encoder.register_forward_hook(self._hook)
 
     # ----------------------------------------------------------------- one step
@@ -97,6 +103,7 @@ class BuilderRecorder:
     def begin_step(self, im_q: torch.Tensor, im_k: torch.Tensor) -> None:
         """Images of the step: rows of ``im_q`` are view 0, rows of ``im_k`` view 1."""
         self.events = []
+        self.running = []
         self._rows = {}
         for view, images in ((QUERY_VIEW, im_q), (KEY_VIEW, im_k)):
             for row, image in enumerate(images):
@@ -124,6 +131,12 @@ class BuilderRecorder:
             rows.append(row)
         return torch.tensor(views, dtype=torch.int64), torch.tensor(rows, dtype=torch.int64)
 
+    def crashed_in(self) -> str:
+        """The encoder (``"q"``, ``"k"``) whose forward had begun and not ended — the one a
+        step's exception came from — or ``""``."""
+        roles = [self._role(module) for module in self.running]
+        return next((role for role in roles if role in ("q", "k")), "")
+
     def _role(self, module: nn.Module) -> str:
         model = self.model
         if model is not None and module is getattr(model, "encoder_q", None):
@@ -133,6 +146,8 @@ class BuilderRecorder:
         return "other"
 
     def on_forward(self, module: nn.Module, args: tuple, output) -> None:
+        if self.running and self.running[-1] is module:
+            self.running.pop()
         if not isinstance(output, torch.Tensor):
             return
         views, rows = self._trace_rows(args[0] if args else None)
@@ -315,6 +330,7 @@ def run_builder(moco_class, probe: BuilderProbe, *, mlp: bool = False) -> Builde
             if isinstance(exc, KeyboardInterrupt):
                 raise
             run["error"] = submission_error_text(exc)
+            run["crashed_in"] = recorder.crashed_in()
             return run
     run["stage"] = "done"
     return run

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-HARNESS_DIR = str(Path(__file__).resolve().parent)
+OBSERVER_DIR = str(Path(__file__).resolve().parent)
+HARNESS_DIR = str(Path(__file__).resolve().parents[1])  # every frame of the grader's package
 TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 MAX_CHARS = 6000
 MAX_TENSORS = 12
@@ -21,7 +22,7 @@ def submission_error_text(exc: BaseException) -> str:
     """The traceback from the submission's first frame on (the observer's frames above it are
     dropped), then the tensors of the innermost frame of the submission's own code."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(HARNESS_DIR):
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(OBSERVER_DIR):
         tb = tb.tb_next
     report = traceback.TracebackException(type(exc), exc, tb or exc.__traceback__)
     own = [frame for frame in report.stack if not _foreign(frame.filename)]

@@ -230,6 +230,7 @@ class BuilderRun(TypedDict, total=False):
     mlp: bool
     error: str | None
     stage: str  # "construct", "optimizer", "step t", "done" or "no mlp option"
+    crashed_in: str  # at a step's error: the encoder whose forward raised, "q", "k" or ""
     steps: list[BuilderStep]
     module: BuilderModule
     initial: BuilderState

@@ -247,3 +247,36 @@ def test_an_error_the_observer_raises_about_what_was_returned_shows_no_grader_fr
         raise AssertionError("a dict is no (logits, labels)")
     assert text.startswith("TypeError: forward(im_q, im_k) must return (logits, labels)")
     assert "Traceback" not in text and HARNESS_DIR not in text and "File " not in text
+
+
+def test_a_submission_layer_inside_the_probe_s_encoder_shows_no_frame_of_the_grader():
+    """A student's layer swapped into the probe's base_encoder (a split BatchNorm) raises
+    inside the probe encoder's forward: the traceback shows the student's frames on both sides
+    of it, never the grader's package (the probe's encoder lives in ``moco_ref.probe``)."""
+    import torch
+    from torch import nn
+
+    from moco_ref.observe.tracebacks import HARNESS_DIR, submission_error_text
+    from moco_ref.probe.builder import ProbeEncoder
+
+    class NeedsThirtyTwo(nn.Module):
+        def forward(self, x):
+            if len(x) % 32:
+                raise ValueError(f"a batch of {len(x)} cannot be split 32 ways")
+            return x
+
+    encoder = ProbeEncoder(12)
+    encoder.body[1] = NeedsThirtyTwo()
+
+    def students_forward(images):
+        return encoder(images)
+
+    try:
+        students_forward(torch.zeros(8, 3, 8, 8))
+    except ValueError as exc:
+        text = submission_error_text(exc)
+    else:  # pragma: no cover
+        raise AssertionError("the layer raises on 8 images")
+    assert "cannot be split 32 ways" in text and HARNESS_DIR not in text
+    # this test's three frames (the test, students_forward, the layer), not the probe's
+    assert text.count('File "') == 3 and "in students_forward" in text, text

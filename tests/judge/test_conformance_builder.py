@@ -305,3 +305,19 @@ def test_a_ragged_k_is_fifo_kept_or_refused_loudly():
         results, _ = grade(load_namespace(SUBMISSIONS / name), "builder")
         fifo = next(r for r in results if r.check_id == "I3-fifo-keeps-newest")
         assert fifo.status is Status.PASSED and says in fifo.message, (name, fifo.message)
+
+
+@pytest.mark.parametrize("name, role", [("builder_bug_split_bn_hides_the_key_order.py", "q"),
+                                        ("builder_bug_cifar_stem_hides_the_ema.py", "q")])
+def test_a_crash_inside_an_encoder_says_what_it_hides_and_why(name, role):
+    """A module whose own layer cannot run on the probe's batch or images raises inside an
+    encoder's forward: the crash is told once, naming that encoder, the probe's sizes and the
+    parts of forward that were never reached (so the bug behind it is not judged)."""
+    results, _ = grade(load_namespace(SUBMISSIONS / name), "builder")
+    told = next(r for r in results if r.check_id == "contract-builder-interface")
+    assert told.status is Status.ERROR
+    assert f"encoder_{role}'s forward raised, inside the module's own code" in told.message
+    assert "images of shape [3, 8, 8] per view" in told.message
+    assert "the EMA, the key encoder's forward" in told.message and "never reached" in told.message
+    others = [r for r in results if r.status is Status.ERROR and r is not told]
+    assert others == [], [r.check_id for r in others]
