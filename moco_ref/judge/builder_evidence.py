@@ -56,6 +56,7 @@ from moco_ref.judge.invariants.returned_loss import ReturnedLossFit, fit_returne
 from moco_ref.judge.ranks_evidence import RanksEvidence
 from moco_ref.probe import schema
 from moco_ref.probe.builder import (
+    ENCODER_NAMES,
     IMAGE_SHAPE,
     KEY_VIEW,
     QUERY_VIEW,
@@ -632,6 +633,13 @@ class BuilderEvidence:
         first = " then ".join(VIEW_NAMES[v] for v in self.enqueue_order)
         return f"symmetric ({how}; keys enqueued {first})"
 
+    def _encoder_names_text(self) -> str:
+        """How the module names its encoders when not encoder_q and encoder_k (else raises)."""
+        query, key = self.module.get("encoder_names") or ENCODER_NAMES[0]
+        if (query, key) == ENCODER_NAMES[0]:
+            raise LookupError("the official names")
+        return f"{query} (followed as encoder_q) and {key} (as encoder_k)"
+
     def inferred(self) -> dict:
         """Values inferred from the trace, for the report (best effort, never raises)."""
         p = self.probe
@@ -648,6 +656,7 @@ class BuilderEvidence:
             ("process_group", lambda: self.record.get("environment", {}).get("process_group")),
             ("variant", self._variant_text),
             ("base_encoder_extra_arguments", self._extra_encoder_arguments),
+            ("encoders", self._encoder_names_text),
         ):
             try:
                 found[name] = getter()

@@ -16,6 +16,7 @@ from moco_ref.judge.record import (
     text_or_none,
 )
 from moco_ref.probe import schema
+from moco_ref.probe.builder import ENCODER_NAMES
 from moco_ref.probe.options import GradeOptions
 
 BUILDER_FORWARD_TOLERANCE = 1e-4  # relative to max(1, the largest output)
@@ -42,6 +43,9 @@ def _builder(data, options: GradeOptions) -> None:
              f"the {name} run's crashed_in is not one of '', 'q', 'k'")
         if "module" in run:
             entries(run["module"], schema.BuilderModule, f"the {name} run's module")
+            names = run["module"].get("encoder_names", list(ENCODER_NAMES[0]))
+            need(isinstance(names, list) and tuple(names) in ENCODER_NAMES,
+                 f"the {name} run's encoder names are not a known pair")
         if run.get("initial") is not None:
             entries(run["initial"], schema.BuilderState, f"the {name} run's initial state")
         steps = run.get("steps", [])

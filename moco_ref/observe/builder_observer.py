@@ -26,7 +26,7 @@ from moco_ref.probe.builder import (
 )
 from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.schema import BuilderRecord
-from moco_ref.probe.styles import BUILDER_CLASS, builder_class_name
+from moco_ref.probe.styles import BUILDER_CLASS, builder_class_name, moco_like_class_name
 from moco_ref.probe.threads import one_thread
 
 
@@ -35,7 +35,8 @@ def observe_builder(namespace: dict, options: GradeOptions,
     """Build and train the submission's ``MoCo`` under the probe (plain-data record)."""
     probe = probe or default_builder_probe(options)
     classes = [name for name, value in namespace.items() if isinstance(value, type)]
-    moco_class = namespace.get(builder_class_name(classes) or BUILDER_CLASS)
+    moco_class = namespace.get(options.builder_class or builder_class_name(classes)
+                               or moco_like_class_name(namespace) or BUILDER_CLASS)
     record: BuilderRecord = {"probe": probe.to_dict(), "defined": isinstance(moco_class, type)}
     if not record["defined"]:
         record["error"] = "MoCo is not defined (a builder submission defines a class MoCo)"

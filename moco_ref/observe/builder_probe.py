@@ -30,6 +30,7 @@ from torch import nn
 
 from moco_ref.observe.tracebacks import submission_error_text
 from moco_ref.probe.builder import (
+    ENCODER_NAMES,
     KEY_VIEW,
     NO_MLP_OPTION,
     QUERY_VIEW,
@@ -92,7 +93,7 @@ class BuilderRecorder:
         (``nn.Sequential(base_encoder(...))``, a backbone and a neck) is followed at its own
         output; the probe encoder's forward inside it stays an event of its own."""
         self.model = model
-        for name in ("encoder_q", "encoder_k"):
+        for name in encoder_names(model):
             encoder = getattr(model, name, None)
             if isinstance(encoder, nn.Module) and not isinstance(encoder, ProbeEncoder):
                 encoder.register_forward_pre_hook(self._pre_hook)
@@ -139,9 +140,9 @@ class BuilderRecorder:
 
     def _role(self, module: nn.Module) -> str:
         model = self.model
-        if model is not None and module is getattr(model, "encoder_q", None):
+        if model is not None and module is encoder_of(model, "q"):
             return "q"
-        if model is not None and module is getattr(model, "encoder_k", None):
+        if model is not None and module is encoder_of(model, "k"):
             return "k"
         return "other"
 
@@ -167,14 +168,28 @@ class BuilderRecorder:
 # --------------------------------------------------------------------------- state
 
 
+def encoder_names(model) -> tuple[str, str]:
+    """The names of ``model``'s query and key encoders (``ENCODER_NAMES``; the official ones
+    when it has no pair)."""
+    for query, key in ENCODER_NAMES:
+        if isinstance(getattr(model, query, None), nn.Module) and \
+                isinstance(getattr(model, key, None), nn.Module):
+            return query, key
+    return ENCODER_NAMES[0]
+
+
+def encoder_of(model, role: str):
+    """``model``'s query (``"q"``) or key (``"k"``) encoder, or None."""
+    return getattr(model, encoder_names(model)[role == "k"], None)
+
+
 def _flat(module) -> torch.Tensor | None:
     return flat_parameters(module) if isinstance(module, nn.Module) else None
 
 
 def parameters_of(model) -> EncoderParameters:
     """Both encoders' parameters ``[P]`` (None when the module has no such encoder)."""
-    return {"params_q": _flat(getattr(model, "encoder_q", None)),
-            "params_k": _flat(getattr(model, "encoder_k", None))}
+    return {"params_q": _flat(encoder_of(model, "q")), "params_k": _flat(encoder_of(model, "k"))}
 
 
 def buffer_copy(model, name: str):
@@ -221,8 +236,9 @@ def describe_module(model: nn.Module, recorder: BuilderRecorder) -> BuilderModul
         "queue_ptr": describe_value(getattr(model, "queue_ptr", None)),
         "attributes": {name: _number(getattr(model, name, None)) for name in ("T", "m", "K")},
     }
+    info["encoder_names"] = list(encoder_names(model))
     for role in ("q", "k"):
-        encoder = getattr(model, f"encoder_{role}", None)
+        encoder = encoder_of(model, role)
         info[f"encoder_{role}"] = isinstance(encoder, nn.Module)
         if isinstance(encoder, nn.Module):
             info[f"encoder_{role}_probe"] = isinstance(encoder, ProbeEncoder)
@@ -436,7 +452,7 @@ def train_step(model, optimizer, recorder: BuilderRecorder, im_q: torch.Tensor,
         F.cross_entropy(logits, labels) for logits, labels in pairs)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    encoder_k = getattr(model, "encoder_k", None)
+    encoder_k = encoder_of(model, "k")
     step["key_grads"] = [p.grad is not None for p in encoder_k.parameters()] if isinstance(
         encoder_k, nn.Module) else []
     step["loss"] = float(loss.detach())

@@ -17,6 +17,14 @@ from torch import nn
 from moco_ref.probe.options import GradeOptions, course_draw
 
 IMAGE_SHAPE = (3, 8, 8)
+# What a module may call its two encoders: the official names first, then the other names
+# MoCo code goes by (the query encoder first). The first pair the module has both of is
+# followed as encoder_q and encoder_k.
+ENCODER_NAMES = (("encoder_q", "encoder_k"), ("query_encoder", "key_encoder"),
+                 ("encoder", "momentum_encoder"), ("student", "teacher"),
+                 ("online_encoder", "target_encoder"), ("online_network", "target_network"),
+                 ("net_q", "net_k"), ("model_q", "model_k"), ("backbone", "momentum_backbone"),
+                 ("backbone", "backbone_momentum"))
 WIDTH = 20  # channels of the probe encoder, the input width of its .fc (≠ dim, so a head
 # sized from the wrong axis of fc.weight shows)
 FC_GAIN = 4.0  # raw outputs of norm ≫ 1, so a missing L2 normalization is visible

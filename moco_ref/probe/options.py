@@ -35,6 +35,9 @@ class GradeOptions:
     # builder: more keyword arguments of the constructor, as (name, JSON value) pairs (a
     # fork's own option); never the probe's dim, K, m, T or mlp
     init_kwargs: tuple[tuple[str, object], ...] = ()
+    # builder: the class graded as MoCo when the module goes by another name (the grader's
+    # decision from the source: ``probe.source.moco_like_class``); "" = MoCo
+    builder_class: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -211,6 +211,7 @@ BuilderModule = TypedDict("BuilderModule", {
     "queue": dict,
     "queue_ptr": dict,
     "attributes": "dict[str, float | None]",
+    "encoder_names": list[str],  # what the module calls its query and key encoders
     "encoder_q": bool,
     "encoder_k": bool,
     "encoder_q_probe": bool,

@@ -20,7 +20,13 @@ import re
 import threading
 from pathlib import Path
 
-from moco_ref.probe.styles import ENTRY_POINTS, OBSERVED_STYLES, as_entry_points, style_of_names
+from moco_ref.probe.styles import (
+    ENTRY_POINTS,
+    MOCO_METHODS,
+    OBSERVED_STYLES,
+    as_entry_points,
+    style_of_names,
+)
 
 SUBMISSION_SUFFIXES = (".py", ".ipynb")
 MAX_SOURCE_BYTES = 8 * 2**20  # a larger file is not read here (it is refused when graded)
@@ -124,6 +130,67 @@ def top_level_names(path: Path) -> set[str]:
     for tree in module_trees(Path(path)) or ():
         names |= top_level_bindings(tree)
     return names
+
+
+def moco_marks(node: ast.ClassDef) -> list[str]:
+    """What in a class's body makes it a MoCo module: its official methods, a ``queue``
+    buffer, a pair of encoders, a ``forward`` over two views (``[]`` when none)."""
+    from moco_ref.probe.builder import ENCODER_NAMES
+
+    methods = {item.name: item for item in node.body if isinstance(item, ast.FunctionDef)}
+    marks = sorted(MOCO_METHODS & set(methods))
+    assigned = {target.attr for item in ast.walk(node) if isinstance(item, ast.Assign)
+                for target in item.targets if isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name) and target.value.id == "self"}
+    buffers = {item.args[0].value for item in ast.walk(node) if isinstance(item, ast.Call)
+               and isinstance(item.func, ast.Attribute) and item.func.attr == "register_buffer"
+               and item.args and isinstance(item.args[0], ast.Constant)}
+    if "queue" in buffers or "queue" in assigned:
+        marks.append("a queue")
+    pair = next(((q, k) for q, k in ENCODER_NAMES if {q, k} <= assigned), None)
+    if pair:
+        marks.append(f"encoders {pair[0]} and {pair[1]}")
+    forward = methods.get("forward")
+    if forward is not None and len(forward.args.args) >= 3:
+        marks.append("forward over two views")
+    return marks
+
+
+def moco_like_class(path: Path) -> tuple[str, list[str]] | None:
+    """``(name, marks)`` of the one top-level class of ``path`` that is a MoCo module by what
+    it holds (at least three ``moco_marks``, two encoders among them), when it binds no entry
+    point of any style; None otherwise (none, or more than one such class)."""
+    trees = module_trees(Path(path)) or ()
+    found = [(node.name, marks) for tree in trees for node in tree.body
+             if isinstance(node, ast.ClassDef)
+             for marks in [moco_marks(node)]
+             if len(marks) >= 3 and any(mark.startswith("encoders") for mark in marks)]
+    return found[0] if len(found) == 1 else None
+
+
+def loop_name_rebindings(path: Path) -> list[tuple[int, str]]:
+    """``(line, the line's text)`` of each statement in ``path`` that rebinds a ``for``
+    loop's own name to arithmetic on it (``for p_k, p_q in zip(…): p_k = m * p_k + …``): an
+    update that makes a new tensor and leaves the one the loop visits unchanged (the first
+    ``MAX_REBINDINGS``; a notebook's lines are counted per cell)."""
+    found: list[tuple[int, str]] = []
+    for tree in module_trees(Path(path)) or ():
+        for loop in ast.walk(tree):
+            if not isinstance(loop, ast.For):
+                continue
+            names = {node.id for node in ast.walk(loop.target) if isinstance(node, ast.Name)}
+            for statement in (n for item in loop.body for n in ast.walk(item)):
+                if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and \
+                        isinstance(statement.targets[0], ast.Name) and \
+                        statement.targets[0].id in names and \
+                        isinstance(statement.value, ast.BinOp) and \
+                        statement.targets[0].id in {n.id for n in ast.walk(statement.value)
+                                                    if isinstance(n, ast.Name)}:
+                    found.append((statement.lineno, ast.unparse(statement)[:160]))
+    return sorted(found)[:MAX_REBINDINGS]
+
+
+MAX_REBINDINGS = 3
 
 
 def bound_entry_points(path: Path) -> set[str]:

@@ -62,6 +62,22 @@ def builder_class_name(names) -> str | None:
     return others[0] if others else None
 
 
+# the official MoCo module's private methods: a class that has two of them is a MoCo module
+# whatever its name (``probe.source.moco_like_class`` reads the same from the source)
+MOCO_METHODS = frozenset({"_momentum_update_key_encoder", "_dequeue_and_enqueue",
+                          "_batch_shuffle_ddp", "_batch_unshuffle_ddp"})
+
+
+def moco_like_class_name(namespace: dict) -> str | None:
+    """The one class of a loaded ``namespace`` that has at least two of ``MOCO_METHODS`` and
+    a ``forward`` (a MoCo module under another name), or None."""
+    found = [name for name, value in namespace.items() if isinstance(value, type)
+             and callable(getattr(value, "forward", None))
+             and sum(callable(getattr(value, method, None)) for method in MOCO_METHODS) >= 2
+             and getattr(value, "__module__", None) == namespace.get("__name__")]
+    return found[0] if len(found) == 1 else None
+
+
 def as_entry_points(names) -> set[str]:
     """``names``' entry points, a builder class of another case counted as ``MoCo``."""
     names = set(names)
@@ -101,7 +117,7 @@ def detect_style(namespace: dict) -> str:
     defined = {name for name in ENTRY_POINTS if callable(namespace.get(name))}
     defined.discard(BUILDER_CLASS)
     classes = {name for name, value in namespace.items() if isinstance(value, type)}
-    if builder_class_name(classes):
+    if builder_class_name(classes) or (not defined and moco_like_class_name(namespace)):
         defined.add(BUILDER_CLASS)
     style = style_of_names(defined)
     if style is None:

@@ -38,6 +38,8 @@ from moco_ref.probe.parts import Unobserved
 from moco_ref.probe.source import (
     bound_entry_points,
     is_module_target,
+    loop_name_rebindings,
+    moco_like_class,
     module_file,
     styles_of,
     top_level_names,
@@ -123,6 +125,13 @@ def style_decided(target: str, options: GradeOptions) -> tuple[GradeOptions, str
     names = bound_entry_points(path) if path is not None and path.is_file() else set()
     present = styles_of(names)  # the file is read once
     chosen = options.style or style_of_names(names)
+    like = moco_like_class(path) if path is not None and path.is_file() and \
+        chosen in (None, "builder") and not names else None
+    if like is not None:  # a MoCo module under another name: the builder's class
+        name, marks = like
+        note = (f"it defines no class MoCo; class {name} is a MoCo module ({', '.join(marks)}): "
+                f"graded as the MoCo module (name it MoCo to match the official interface)")
+        return replace(options, style="builder", builder_class=name), note
     if chosen is None:
         return options, ""
     note = ""
@@ -328,9 +337,27 @@ def _judged(report: SubmissionReport, options: GradeOptions, run: SandboxRun,
     if any(result.message == OUT_OF_TIME for result in results):
         report.grader_trouble = "the grader's time for judging ran out"
     skipped = run.stage.skipped if run.stage else {}
-    report.results = [_with_skipped_line(result, skipped) for result in results]
+    report.results = [_with_rebinding_line(_with_skipped_line(result, skipped),
+                                           report.submission) for result in results]
     report.inferred = dict(inferred)
     return report
+
+
+def _with_rebinding_line(result, submission: str):
+    """An EMA that never moved the key encoder names the source line that rebinds the
+    loop's name instead of writing the parameter, when the file has one."""
+    if result.check_id != "I7-ema-law" or result.status.value != "failed" or \
+            "never moved" not in (result.message or ""):
+        return result
+    path = Path(submission)
+    lines = loop_name_rebindings(path) if path.is_file() else []
+    if not lines:
+        return result
+    number, text = lines[0]
+    hint = (f"\nline {number}: `{text}` binds a new tensor to the loop's name; the parameter "
+            "it named is never written. Update it in place, e.g. "
+            "p_k.data.mul_(m).add_(p_q.data, alpha=1 - m), or p_k.lerp_(p_q, 1 - m).")
+    return replace(result, message=result.message + hint)
 
 
 _NAME_ERROR = re.compile(r"NameError: name '([A-Za-z_][A-Za-z0-9_]{0,80})' is not defined")

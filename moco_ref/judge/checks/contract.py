@@ -384,6 +384,13 @@ def _construction(ev: BuilderEvidence) -> str | None:
                 got="no such nn.Module attribute")
     buffers = module.get("buffers", [])
     missing = [name for name in ("queue", "queue_ptr") if name not in buffers]
+    if _keeps_no_queue(module):
+        fail("MoCo keeps no queue: the module has no queue (commented out or never made), so "
+             "its negatives cannot be the dictionary of earlier keys MoCo contrasts with; what "
+             "is left is in-batch contrast of the current keys",
+             expected=f"self.register_buffer('queue', normalize(torch.randn({p.dim}, {p.K}), "
+                      "dim=0)) and a queue_ptr buffer, the keys enqueued after each step",
+             got="no attribute queue or queue_ptr on the built module")
     require(not missing, "queue and queue_ptr must be registered buffers (register_buffer: they "
             "follow .cuda()/.to() and are saved in state_dict)",
             expected="buffers queue and queue_ptr", got=f"{', '.join(missing)} not registered")
@@ -409,6 +416,11 @@ def _construction(ev: BuilderEvidence) -> str | None:
     sizes = sorted({c["num_classes"] for c in calls})
     return (f"encoders built with num_classes {', '.join(map(str, sizes))}, then given an fc "
             f"head of width dim = {p.dim}")
+
+
+def _keeps_no_queue(module: dict) -> bool:
+    """Whether the built module has neither a queue nor a queue_ptr of any kind."""
+    return all(module.get(name, {}).get("type") == "NoneType" for name in ("queue", "queue_ptr"))
 
 
 def _training_crash(ev: BuilderEvidence):
@@ -522,6 +534,9 @@ def contract_builder_mlp_builder(ev: BuilderEvidence) -> str | None:
     ``mlp=False``), makes θk a copy of that θq, and trains like ``mlp=False``."""
     plain = ev.module
     ev.require_run()  # the plain run's own failure is every check's error, not this one's
+    if _keeps_no_queue(plain):
+        raise NotJudged("contract-builder-interface", "the module keeps no queue, so no head "
+                        "option can give logits [B, 1 + K]")
     if (ev.record.get("mlp") or {}).get("stage") == NO_MLP_OPTION:
         fail("the module has no MoCo v2 head option: MoCo(...) takes no mlp parameter",
              expected="MoCo(base_encoder, dim, K, m, T, mlp=False); mlp=True puts Linear → ReLU "
