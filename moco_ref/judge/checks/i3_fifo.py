@@ -8,7 +8,6 @@ from moco_ref.judge.assertions import (
     NotExercised,
     NotJudged,
     NotRequired,
-    SubmissionError,
     at_step,
     fail,
     fmt_ids,
@@ -18,6 +17,12 @@ from moco_ref.judge.assertions import (
 from moco_ref.judge.builder_defaults import enqueue_at_defaults
 from moco_ref.judge.builder_evidence import SYMMETRIC, BuilderEvidence
 from moco_ref.judge.builder_record import BUILDER_INTERFACE
+from moco_ref.judge.checks.builder_columns import (
+    describe_labels,
+    describe_order,
+    step_runs,
+    traced,
+)
 from moco_ref.judge.checks.common import (
     builder_where,
     case_where,
@@ -31,7 +36,7 @@ from moco_ref.judge.invariants import (
     oldest_first,
     rotation_of,
 )
-from moco_ref.judge.invariants.buffer import UNKNOWN, pointer_after
+from moco_ref.judge.invariants.buffer import pointer_after
 from moco_ref.judge.lab_evidence import LabEvidence
 from moco_ref.judge.registry import check
 from moco_ref.probe.builder import KEY_VIEW, VIEW_NAMES
@@ -52,58 +57,6 @@ _ID_RULE_TEXT = {
     "keeps-oldest": "the first {} ever enqueued",
     "newest-first": "the last {}, newest first",
 }
-
-
-def _describe_labels(ev: BuilderEvidence, labels) -> str:
-    """``keys of steps 0–1 (16), starting entries 16–47 (32)`` (labels as in ``buffer``)."""
-    K, B = ev.probe.K, ev.probe.batch
-    values = sorted(int(v) for v in labels)
-    initial = [v for v in values if 0 <= v < K]
-    steps = sorted({(v - K) // B for v in values if v >= K})
-    parts = []
-    if steps:
-        count = sum(1 for v in values if v >= K)
-        parts.append(f"keys of step{'s' if len(steps) > 1 else ''} {fmt_range(steps)} ({count})")
-    if initial:
-        parts.append(f"starting entries {fmt_range(initial)} ({len(initial)})")
-    unknown = sum(1 for v in values if v < 0)
-    if unknown:
-        parts.append(f"{unknown} unknown")
-    return ", ".join(parts) or "nothing"
-
-
-def _describe_order(ev: BuilderEvidence, labels) -> str:
-    """``keys of step 0 (8), then starting entries 8–47 (40)``: runs of one step's keys (or
-    of starting entries) in the order given."""
-    K, B = ev.probe.K, ev.probe.batch
-    runs: list[list[int]] = []
-    for value in (int(v) for v in labels):
-        group = -1 if value < K else (value - K) // B
-        if runs and (-1 if runs[-1][0] < K else (runs[-1][0] - K) // B) == group:
-            runs[-1].append(value)
-        else:
-            runs.append([value])
-    shown = ", then ".join(_describe_labels(ev, run) for run in runs[:4])
-    return shown + (f", then {len(runs) - 4} more runs" if len(runs) > 4 else "")
-
-
-def _runs(ev: BuilderEvidence, labels) -> list[int]:
-    """Each column's label, one step's keys all labelled by their step: the order of a
-    builder queue's columns up to the order of one key batch among itself (a module keeps no
-    ids, so that order changes no negative; which key a query was paired with is I8's)."""
-    K, B = ev.probe.K, ev.probe.batch
-    return [v if v < K else K + (v - K) // B * B for v in (int(v) for v in labels)]
-
-
-def _traced(ev: BuilderEvidence, step) -> torch.Tensor:
-    trace = ev.columns[step.index]
-    unknown = [j for j, kind in enumerate(trace.kinds) if kind == UNKNOWN]
-    if unknown:
-        raise SubmissionError(
-            f"{builder_where(step.index, after=True)} buffer columns {fmt_ids(unknown)} are "
-            "copies of no "
-            "recorded key, so the FIFO cannot be followed (see I2-entries-are-arrival-keys)")
-    return trace.labels
 
 
 FIFO_KEEPS_NEWEST = check(
@@ -214,7 +167,7 @@ def _require_fifo(ev: BuilderEvidence, run: str) -> None:
              expected=f"each step's {B} keys written at queue_ptr, the pointer advancing by {B}",
              got=f"the buffer and queue_ptr as they started, after {len(ev.steps)} steps")
     for step in ev.steps:
-        got = _traced(ev, step)
+        got = traced(ev, step)
         expected = expected_fifo(K, B, step.index + 1)
         if sorted(got.tolist()) == sorted(expected.tolist()):
             continue
@@ -225,9 +178,9 @@ def _require_fifo(ev: BuilderEvidence, run: str) -> None:
                          if stuck else "the queue did not keep the newest keys")
         fail(misconception + run,
              where=f"{builder_where(step.index, after=True)} ({pointer_text(step)})",
-             expected=f"the last {K} entries: {_describe_labels(ev, expected)}",
-             got=f"{_describe_labels(ev, dropped)} dropped while "
-                 f"{_describe_labels(ev, kept)} stayed")
+             expected=f"the last {K} entries: {describe_labels(ev, expected)}",
+             got=f"{describe_labels(ev, dropped)} dropped while "
+                 f"{describe_labels(ev, kept)} stayed")
 
 
 @FIFO_KEEPS_NEWEST.judges('components')
@@ -298,12 +251,12 @@ def i3_oldest_first_order_builder(ev: BuilderEvidence) -> str | None:
         if step.ptr_after is None:
             raise NotJudged(BUILDER_INTERFACE, "the module has no integer queue_ptr buffer to "
                                                "read the queue from")
-        got = _traced(ev, step)
+        got = traced(ev, step)
         expected = expected_fifo(K, B, step.index + 1)
         if sorted(got.tolist()) != sorted(expected.tolist()):
             continue  # which entries are held is I3-fifo-keeps-newest's business
         read = oldest_first(got, step.ptr_after % K)
-        if _runs(ev, read) == _runs(ev, expected):
+        if step_runs(ev, read) == step_runs(ev, expected):
             continue  # one step's keys among themselves come in the key batch's order (I8's)
         expected_ptr = None if step.ptr_before is None else pointer_after(K, step.ptr_before % K,
                                                                            B)
@@ -311,8 +264,8 @@ def i3_oldest_first_order_builder(ev: BuilderEvidence) -> str | None:
              where=f"{builder_where(step.index, after=True)} "
              f"({pointer_text(step)})",
              expected=f"queue_ptr {expected_ptr} (advanced by the batch size {B} mod {K}), "
-                      f"the buffer read from it oldest first: {_describe_order(ev, expected)}",
-             got=f"read from queue_ptr {step.ptr_after}: {_describe_order(ev, read)}")
+                      f"the buffer read from it oldest first: {describe_order(ev, expected)}",
+             got=f"read from queue_ptr {step.ptr_after}: {describe_order(ev, read)}")
     return None
 
 
