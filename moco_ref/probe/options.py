@@ -38,6 +38,10 @@ class GradeOptions:
     # builder: the class graded as MoCo when the module goes by another name (the grader's
     # decision from the source: ``probe.source.moco_like_class``); "" = MoCo
     builder_class: str = ""
+    # lab: the queue capacity train_moco's source states (``probe.source.stated_capacity``) and
+    # its line, for a queue that never dropped an entry; None when it states none (or pinned)
+    stated_capacity: int | None = None
+    stated_capacity_line: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -191,6 +191,39 @@ def loop_name_rebindings(path: Path) -> list[tuple[int, str]]:
 
 
 MAX_REBINDINGS = 3
+CAPACITY_NAMES = frozenset({"capacity", "queue_size", "queue_len", "queue_length",
+                            "max_queue", "queue_capacity", "dict_size", "memory_size"})
+
+
+def stated_capacity(path: Path) -> tuple[int, int] | None:
+    """``(capacity, line)`` when ``path``'s ``train_moco`` (or its top level) binds exactly one
+    queue-capacity name (``CAPACITY_NAMES`` in any case, or ``K``) to an integer constant,
+    alone or in a tuple assignment (``m, capacity = 0.95, 240``); None otherwise. What the
+    student meant the queue to hold, for a queue that never dropped an entry: evidence for the
+    message, read without running anything."""
+    found: set[tuple[int, int]] = set()
+    for tree in module_trees(Path(path)) or ():
+        scopes = [tree] + [node for node in tree.body if isinstance(node, ast.FunctionDef)
+                           and node.name == "train_moco"]
+        for scope in scopes:
+            for node in (n for item in scope.body for n in ast.walk(item)):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                    found |= _capacity_bindings(node.targets[0], node.value, node.lineno)
+    values = {value for value, _ in found}
+    if len(values) != 1:
+        return None
+    return min(found, key=lambda item: item[1])
+
+
+def _capacity_bindings(target, value, line: int) -> set[tuple[int, int]]:
+    pairs = [(target, value)]
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and \
+            len(target.elts) == len(value.elts):
+        pairs = list(zip(target.elts, value.elts))
+    return {(item.value, line) for name, item in pairs
+            if isinstance(name, ast.Name)
+            and (name.id.casefold() in CAPACITY_NAMES or name.id == "K")  # k: a key tensor
+            and isinstance(item, ast.Constant) and type(item.value) is int and item.value > 0}
 
 
 def bound_entry_points(path: Path) -> set[str]:

@@ -41,6 +41,7 @@ from moco_ref.probe.source import (
     loop_name_rebindings,
     moco_like_class,
     module_file,
+    stated_capacity,
     styles_of,
     top_level_names,
 )
@@ -87,6 +88,7 @@ def grade_submission(target: str, options: GradeOptions | None = None, *,
     options = options or GradeOptions()
     started = time.monotonic()
     options, style_note = style_decided(target, options)
+    options = with_stated_capacity(target, options)
     try:
         run = observe_in_sandbox(target, options, isolation, helpers=helpers)
         if single_run:
@@ -112,6 +114,19 @@ def _stop_warm_processes() -> None:
     from moco_ref.sandbox.client import shutdown_zygotes
 
     shutdown_zygotes()
+
+
+def with_stated_capacity(target: str, options: GradeOptions) -> GradeOptions:
+    """A lab submission's options with the capacity its source states, when it states one and
+    the course pinned none (``--expect-capacity``): what a queue that never dropped an entry
+    is held to."""
+    if options.style != "lab" or options.expect_capacity is not None:
+        return options
+    path = module_file(target) if is_module_target(target) else Path(target)
+    stated = stated_capacity(path) if path is not None and path.is_file() else None
+    if stated is None:
+        return options
+    return replace(options, stated_capacity=stated[0], stated_capacity_line=stated[1])
 
 
 def style_decided(target: str, options: GradeOptions) -> tuple[GradeOptions, str]:

@@ -9,8 +9,10 @@ import pytest
 
 from moco_ref.judge.registry import all_checks
 from moco_ref.judge.results import Status
+from moco_ref.probe.options import GradeOptions
 from moco_ref.probe.styles import detect_style
 from moco_ref.report.scoring import NOT_PASSED, told_elsewhere
+from moco_ref.run.pipeline import with_stated_capacity
 from tests.helpers.conformance_support import (
     SUBMISSIONS,
     explain,
@@ -45,7 +47,10 @@ QUICK = {"correct_lab_order.py", "builder_correct_official_style.py", "component
 def test_example_verdict(entry):
     namespace = load_namespace(SUBMISSIONS / entry["path"])
     assert detect_style(namespace) == entry["style"]
-    results, inferred = grade(namespace, entry["style"])
+    # as grading does: the capacity the source states (``pipeline.with_stated_capacity``)
+    options = with_stated_capacity(str(SUBMISSIONS / entry["path"]),
+                                   GradeOptions(style=entry["style"]))
+    results, inferred = grade(namespace, entry["style"], options)
     applicable = {spec.check_id for spec in all_checks(entry["style"])}
     assert {r.check_id for r in results if r.status is not Status.NOT_APPLICABLE} <= applicable
     failed = not_passed_families(results)
@@ -106,7 +111,8 @@ def test_the_witness_test_can_fail():
     assert not _rejecting("I3-no-such-check", "lab")
     assert sorted(_rejecting("I3-fifo-keeps-newest", "lab")) == [
         "bug_queue_enqueued_into_copy.py", "bug_queue_keeps_oldest.py",
-        "bug_queue_never_enqueued.py"]
+        "bug_queue_never_enqueued.py", "bug_queue_never_trimmed.py",
+        "bug_queue_trimmed_far_too_late.py"]
     assert _accepting("I5-fifo-letters", "components") == ["components_correct_with_warmup.py"]
 
 

@@ -98,6 +98,15 @@ def i3_fifo_keeps_newest_lab(ev: LabEvidence) -> str | None:
                 "the queue does not have the assignment's capacity", where=_final_where(ev),
                 expected=f"{min(expected_capacity, queue.total_arrivals)} entries "
                          f"(capacity {expected_capacity})", got=f"{len(queue.keys)} entries")
+    stated = ev.options.stated_capacity
+    if expected_capacity is None and stated is not None and queue.capacity is None \
+            and queue.total_arrivals > stated:
+        fail("the queue is never trimmed to its capacity: it kept every key enqueued over the "
+             f"run and grows past the capacity train_moco sets (capacity {stated}, line "
+             f"{ev.options.stated_capacity_line}), without bound if nothing trims it",
+             where=_final_where(ev),
+             expected=f"the newest {stated} keys (e.g. torch.cat([queue, k])[-capacity:])",
+             got=f"all {queue.total_arrivals} keys of the {len(ev.steps)} steps")
     if queue.capacity is None:
         raise NotExercised(
             f"not exercised: the queue never dropped an entry ({queue.total_arrivals} keys "
