@@ -1,9 +1,9 @@
 """LAB 07 MoCo with a bug: the keys are normalized into one output tensor reused every step
 (`F.normalize(..., out=k_out)`), and the queue keeps `k.T`, a view of that tensor, per batch.
 
-The queue is [dim, K] columns built from a deque of the last four batches' key views and their
-ids. Every stored view is of the same memory, so each step's keys overwrite every batch already
-in the queue: its ids say four batches, its keys are one batch four times.
+The queue is the newest K columns of a deque of the last batches' key views and their ids.
+Every stored view is of the same memory, so each step's keys overwrite every batch already in
+the queue: its ids say several batches, its keys are one batch several times.
 """
 import collections
 import copy
@@ -43,7 +43,8 @@ def train_moco(initial, x, train, epochs=15):
     optimizer = torch.optim.AdamW(encoder_q.parameters(), lr=0.001, weight_decay=1e-4)
     K, m, T = 200, 0.999, 0.2
     k_out = torch.empty(50, 24)  # reused by every batch (the last one may be smaller)
-    key_batches, id_batches = collections.deque(maxlen=K // 50), collections.deque(maxlen=K // 50)
+    # enough batches for K keys (a batch may be small), the queue trimmed to the newest K
+    key_batches, id_batches = collections.deque(maxlen=K), collections.deque(maxlen=K)
     queue = torch.zeros(24, 0)  # [dim, n]: one key per column
     queue_ids = torch.zeros(0, dtype=torch.int64)
     history, trace = [], []
@@ -73,8 +74,8 @@ def train_moco(initial, x, train, epochs=15):
             optimizer.step()
             key_batches.append(k.T)
             id_batches.append(ids)
-            queue = torch.cat(list(key_batches), dim=1)
-            queue_ids = torch.cat(list(id_batches))
+            queue = torch.cat(list(key_batches), dim=1)[:, -K:]
+            queue_ids = torch.cat(list(id_batches))[-K:]
             epoch_loss.append(loss.item())
             if len(trace) < 5:
                 trace.append({"step": len(trace), "queue_size": queue.shape[1],
