@@ -52,7 +52,7 @@ from moco_ref.judge.invariants import (
     through_one_buffer,
 )
 from moco_ref.judge.invariants.loss_diagnosis import LossDiagnosis, diagnose_loss
-from moco_ref.judge.key_order import PositiveOrder, find_positive_order
+from moco_ref.judge.key_order import PositiveOrder, find_positive_order, shuffle_of
 from moco_ref.probe import schema
 from moco_ref.probe.cases import LabProbe
 from moco_ref.probe.options import GradeOptions
@@ -108,6 +108,11 @@ def _slots_of_one_buffer(positions, ids, id_rule, capacity, batches,
         return None
     shown = through_one_buffer(slots, batches, len(batches))
     return slots if torch.equal(shown, positions) else None
+
+
+def _dim_first(queue: torch.Tensor, d: int) -> bool:
+    """Whether a returned queue of keys ``d`` wide is stored ``[d, n]``, one key per column."""
+    return queue.shape[1] != d and queue.shape[0] == d
 
 
 def _unit_norm_p(entries: torch.Tensor) -> float | None:
@@ -344,8 +349,8 @@ class LabEvidence:
         if not isinstance(queue, torch.Tensor) or not isinstance(queue_ids, torch.Tensor) \
                 or queue.ndim != 2 or not queue.is_floating_point():
             return None
-        if queue.shape[1] != steps[0].k.shape[1] and queue.shape[0] == steps[0].k.shape[1]:
-            queue = queue.T  # stored dim-first
+        if _dim_first(queue, steps[0].k.shape[1]):
+            queue = queue.T
         return find_positive_order([s.ids for s in steps], [s.k for s in steps],
                                    [s.key_seen for s in steps], queue, queue_ids,
                                    atol=MATCH_ATOL)
@@ -547,12 +552,9 @@ class LabEvidence:
     @staticmethod
     def _align(k: torch.Tensor, k_ids: torch.Tensor, ids: torch.Tensor, step: int) -> torch.Tensor:
         """Key rows reordered to the query's row order (by source id)."""
-        if torch.equal(k_ids, ids):
-            return k
-        unique = len(set(ids.tolist())) == len(ids) and len(set(k_ids.tolist())) == len(k_ids)
-        if unique and sorted(ids.tolist()) == sorted(k_ids.tolist()):
-            where = {int(source): row for row, source in enumerate(k_ids.tolist())}
-            return k[torch.tensor([where[int(source)] for source in ids.tolist()])]
+        perm = shuffle_of(ids, k_ids)  # k's row r is the key of ids[perm[r]]
+        if perm is not None:
+            return k[torch.argsort(perm)]
         if len(k) == len(ids):
             return k
         raise SubmissionError(
@@ -591,7 +593,7 @@ class LabEvidence:
                 f"{describe_value(ids)}"
             )
         d = int(self.require_run()["projection_dim"])
-        dim_first = keys.shape[1] != d and keys.shape[0] == d
+        dim_first = _dim_first(keys, d)
         if keys.shape[1] != d and not dim_first:
             raise NotJudged(
                 "contract-returns-seven-values",

@@ -78,6 +78,7 @@ class BuilderRecorder:
 
         self._hook, self._pre_hook = hook, pre_hook
         self.running: list[nn.Module] = []  # the followed forwards begun and not yet ended
+        self.encoder_names = ENCODER_NAMES[0]  # the model's, once ``follow`` has seen it
 
     def base_encoder(self, num_classes: int = 1000, **kwargs) -> ProbeEncoder:
         """What the submission calls: ``base_encoder(num_classes=dim)``."""
@@ -93,7 +94,8 @@ class BuilderRecorder:
         (``nn.Sequential(base_encoder(...))``, a backbone and a neck) is followed at its own
         output; the probe encoder's forward inside it stays an event of its own."""
         self.model = model
-        for name in encoder_names(model):
+        self.encoder_names = encoder_names(model)
+        for name in self.encoder_names:
             encoder = getattr(model, name, None)
             if isinstance(encoder, nn.Module) and not isinstance(encoder, ProbeEncoder):
                 encoder.register_forward_pre_hook(self._pre_hook)
@@ -140,9 +142,10 @@ class BuilderRecorder:
 
     def _role(self, module: nn.Module) -> str:
         model = self.model
-        if model is not None and module is encoder_of(model, "q"):
+        query, key = self.encoder_names
+        if model is not None and module is getattr(model, query, None):
             return "q"
-        if model is not None and module is encoder_of(model, "k"):
+        if model is not None and module is getattr(model, key, None):
             return "k"
         return "other"
 

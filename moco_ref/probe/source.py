@@ -196,19 +196,17 @@ CAPACITY_NAMES = frozenset({"capacity", "queue_size", "queue_len", "queue_length
 
 
 def stated_capacity(path: Path) -> tuple[int, int] | None:
-    """``(capacity, line)`` when ``path``'s ``train_moco`` (or its top level) binds exactly one
-    queue-capacity name (``CAPACITY_NAMES`` in any case, or ``K``) to an integer constant,
-    alone or in a tuple assignment (``m, capacity = 0.95, 240``); None otherwise. What the
-    student meant the queue to hold, for a queue that never dropped an entry: evidence for the
-    message, read without running anything."""
+    """``(capacity, line)`` when ``path`` (its top level, ``train_moco`` or any other function
+    of it) binds queue-capacity names (``CAPACITY_NAMES`` in any case, or ``K``) to one integer
+    constant, alone or in a tuple assignment (``m, capacity = 0.95, 240``): the first such line;
+    None when it binds none, or several values. What the student meant the queue to hold, for
+    a queue that never dropped an entry: evidence for the message, read without running
+    anything."""
     found: set[tuple[int, int]] = set()
     for tree in module_trees(Path(path)) or ():
-        scopes = [tree] + [node for node in tree.body if isinstance(node, ast.FunctionDef)
-                           and node.name == "train_moco"]
-        for scope in scopes:
-            for node in (n for item in scope.body for n in ast.walk(item)):
-                if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                    found |= _capacity_bindings(node.targets[0], node.value, node.lineno)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                found |= _capacity_bindings(node.targets[0], node.value, node.lineno)
     values = {value for value, _ in found}
     if len(values) != 1:
         return None

@@ -27,7 +27,7 @@ from moco_ref.judge import checks as _checks  # noqa: F401
 from moco_ref.judge.inspection import inspection_notes
 from moco_ref.judge.judge import OUT_OF_TIME, judge
 from moco_ref.judge.record import GraderOutOfTime
-from moco_ref.judge.results import SubmissionReport
+from moco_ref.judge.results import Status, SubmissionReport
 from moco_ref.judge.styles import JUDGED_STYLES, validate_part
 from moco_ref.judge.untrusted import clean_text
 from moco_ref.probe import builder as _builder_probe  # noqa: F401
@@ -116,14 +116,21 @@ def _stop_warm_processes() -> None:
     shutdown_zygotes()
 
 
+def _source_file(target: str) -> Path | None:
+    """The file whose source the grader reads for ``target`` (a path, or ``pkg.module``'s
+    file); None when there is no such file."""
+    path = module_file(target) if is_module_target(target) else Path(target)
+    return path if path is not None and path.is_file() else None
+
+
 def with_stated_capacity(target: str, options: GradeOptions) -> GradeOptions:
     """A lab submission's options with the capacity its source states, when it states one and
     the course pinned none (``--expect-capacity``): what a queue that never dropped an entry
     is held to."""
     if options.style != "lab" or options.expect_capacity is not None:
         return options
-    path = module_file(target) if is_module_target(target) else Path(target)
-    stated = stated_capacity(path) if path is not None and path.is_file() else None
+    path = _source_file(target)
+    stated = stated_capacity(path) if path is not None else None
     if stated is None:
         return options
     return replace(options, stated_capacity=stated[0], stated_capacity_line=stated[1])
@@ -136,12 +143,12 @@ def style_decided(target: str, options: GradeOptions) -> tuple[GradeOptions, str
     for a file that binds the entry points of more than one style, the note that says which
     one it is graded as. A source that binds none (e.g. a star import) leaves detection to
     the loaded namespace, under the same rule."""
-    path = module_file(target) if is_module_target(target) else Path(target)
-    names = bound_entry_points(path) if path is not None and path.is_file() else set()
+    path = _source_file(target)
+    names = bound_entry_points(path) if path is not None else set()
     present = styles_of(names)  # the file is read once
     chosen = options.style or style_of_names(names)
-    like = moco_like_class(path) if path is not None and path.is_file() and \
-        chosen in (None, "builder") and not names else None
+    like = moco_like_class(path) if path is not None and chosen in (None, "builder") \
+        and not names else None
     if like is not None:  # a MoCo module under another name: the builder's class
         name, marks = like
         note = (f"it defines no class MoCo; class {name} is a MoCo module ({', '.join(marks)}): "
@@ -151,7 +158,7 @@ def style_decided(target: str, options: GradeOptions) -> tuple[GradeOptions, str
         return options, ""
     note = ""
     builder_class = builder_class_name(top_level_names(path)) if path is not None and \
-        path.is_file() and chosen == "builder" else None
+        chosen == "builder" else None
     if builder_class and builder_class != BUILDER_CLASS:
         note = (f"its builder class is named {builder_class}, not {BUILDER_CLASS}: graded as "
                 f"the {BUILDER_CLASS} module (rename it to {BUILDER_CLASS} to match the "
@@ -361,11 +368,11 @@ def _judged(report: SubmissionReport, options: GradeOptions, run: SandboxRun,
 def _with_rebinding_line(result, submission: str):
     """An EMA that never moved the key encoder names the source line that rebinds the
     loop's name instead of writing the parameter, when the file has one."""
-    if result.check_id != "I7-ema-law" or result.status.value != "failed" or \
+    if result.check_id != "I7-ema-law" or result.status is not Status.FAILED or \
             "never moved" not in (result.message or ""):
         return result
-    path = Path(submission)
-    lines = loop_name_rebindings(path) if path.is_file() else []
+    path = _source_file(submission)
+    lines = loop_name_rebindings(path) if path is not None else []
     if not lines:
         return result
     number, text = lines[0]

@@ -166,15 +166,17 @@ def limit_ipc(memory_mb: int) -> dict[str, str]:
         "msgmni": str(max(1, share // queue_cost)),
         "shmmax": str(budget),
     }
-    for name, value in written.items():
-        with open(f"/proc/sys/kernel/{name}", "w") as handle:
-            handle.write(value)
-    libc = c_library()
-    check_call(libc.mount(b"/proc/sys", b"/proc/sys", None, MS_BIND | MS_REC, None),
-               "bind /proc/sys")
-    check_call(libc.mount(None, b"/proc/sys", None,
-                          MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                          None), "make /proc/sys read-only")
+    try:
+        for name, value in written.items():
+            with open(f"/proc/sys/kernel/{name}", "w") as handle:
+                handle.write(value)
+    finally:  # read-only for the job even when a limit could not be written
+        libc = c_library()
+        check_call(libc.mount(b"/proc/sys", b"/proc/sys", None, MS_BIND | MS_REC, None),
+                   "bind /proc/sys")
+        check_call(libc.mount(None, b"/proc/sys", None,
+                              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+                              | MS_NOEXEC, None), "make /proc/sys read-only")
     return written
 
 

@@ -285,14 +285,13 @@ def _fail_permuted_positives_builder(ev: BuilderEvidence, t: int, images: list[i
 
 def _fail_permuted_positives_lab(ev: LabEvidence) -> None:
     order = ev.positive_order
-    t = next(t for t, rows in enumerate(order.orders)
-             if not torch.equal(rows, torch.arange(len(rows))))
+    steps = [s for s, rows in enumerate(order.orders)
+             if not torch.equal(rows, torch.arange(len(rows)))]
+    t = steps[0]
     step = ev.steps[t]
     images = step.ids[order.orders[t]].tolist()
     pairs = [(f"the query of image {query}", str(image))
              for query, image in zip(step.ids.tolist(), images) if query != image]
-    steps = [s for s, rows in enumerate(order.orders)
-             if not torch.equal(rows, torch.arange(len(rows)))]
     _fail_permuted_positives(f"{fault_where(ev, steps)}:", pairs, len(images),
                              key_order.cause(order.rule),
                              {"positive_images": images, "step": t, "steps": steps})
